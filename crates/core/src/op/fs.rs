@@ -1,0 +1,39 @@
+//! Path and descriptor operations: openat, close, statx.
+
+use super::{FdArg, KStatx};
+use crate::with_fd;
+use io_uring::{opcode, squeue::Entry, types};
+
+/// `slot`: install the new fd directly into the fixed file table at this index.
+pub fn openat(
+    dirfd: i32,
+    path: *const libc::c_char,
+    flags: i32,
+    mode: u32,
+    slot: Option<u32>,
+) -> Entry {
+    let mut o = opcode::OpenAt::new(types::Fd(dirfd), path)
+        .flags(flags)
+        .mode(mode);
+    if let Some(s) = slot {
+        o = o.file_index(types::DestinationSlot::try_from_slot_target(s).ok());
+    }
+    o.build()
+}
+
+pub fn close(fd: FdArg) -> Entry {
+    with_fd!(fd, |t| opcode::Close::new(t).build())
+}
+
+pub fn statx(
+    dirfd: i32,
+    path: *const libc::c_char,
+    out: *mut KStatx,
+    flags: i32,
+    mask: u32,
+) -> Entry {
+    opcode::Statx::new(types::Fd(dirfd), path, out.cast())
+        .flags(flags)
+        .mask(mask)
+        .build()
+}

@@ -1,0 +1,79 @@
+//! Sockets: socket, connect, accept (and multishot), send/recv (and multishot, zero-copy),
+//! sendmsg/recvmsg, shutdown.
+
+use super::{FdArg, SockAddr};
+use crate::with_fd;
+use io_uring::{opcode, squeue::Entry, squeue::Flags, types};
+
+pub fn socket(domain: i32, ty: i32, protocol: i32, slot: Option<u32>) -> Entry {
+    let mut o = opcode::Socket::new(domain, ty, protocol);
+    if let Some(s) = slot {
+        o = o.file_index(types::DestinationSlot::try_from_slot_target(s).ok());
+    }
+    o.build()
+}
+
+pub fn connect(fd: FdArg, addr: *const SockAddr) -> Entry {
+    // SAFETY (caller): addr points into the slot's Owned::Addr box, alive until completion.
+    let (p, len) = unsafe { (&(*addr).storage as *const _ as *const libc::sockaddr, (*addr).len) };
+    with_fd!(fd, |t| opcode::Connect::new(t, p, len).build())
+}
+
+/// `addr`: where to store the peer's address (null for none).
+pub fn accept(fd: FdArg, addr: *mut SockAddr, flags: i32) -> Entry {
+    let (p, lp) = if addr.is_null() {
+        (std::ptr::null_mut(), std::ptr::null_mut())
+    } else {
+        // SAFETY (caller): addr points into the slot's Owned::Addr box, alive until completion.
+        unsafe {
+            (
+                &mut (*addr).storage as *mut _ as *mut libc::sockaddr,
+                &mut (*addr).len as *mut libc::socklen_t,
+            )
+        }
+    };
+    with_fd!(fd, |t| opcode::Accept::new(t, p, lp).flags(flags).build())
+}
+
+pub fn accept_multi(fd: FdArg, flags: i32) -> Entry {
+    with_fd!(fd, |t| opcode::AcceptMulti::new(t).flags(flags).build())
+}
+
+pub fn recv(fd: FdArg, buf: *mut u8, len: u32, flags: i32) -> Entry {
+    with_fd!(fd, |t| opcode::Recv::new(t, buf, len).flags(flags).build())
+}
+
+pub fn recv_select(fd: FdArg, len: u32, flags: i32, group: u16) -> Entry {
+    with_fd!(fd, |t| opcode::Recv::new(t, std::ptr::null_mut(), len)
+        .flags(flags)
+        .buf_group(group)
+        .build()
+        .flags(Flags::BUFFER_SELECT))
+}
+
+pub fn recv_multi(fd: FdArg, flags: i32, group: u16) -> Entry {
+    with_fd!(fd, |t| opcode::RecvMulti::new(t, group)
+        .flags(flags)
+        .build()
+        .flags(Flags::BUFFER_SELECT))
+}
+
+pub fn send(fd: FdArg, buf: *const u8, len: u32, flags: i32) -> Entry {
+    with_fd!(fd, |t| opcode::Send::new(t, buf, len).flags(flags).build())
+}
+
+pub fn send_zc(fd: FdArg, buf: *const u8, len: u32, flags: i32) -> Entry {
+    with_fd!(fd, |t| opcode::SendZc::new(t, buf, len).flags(flags).build())
+}
+
+pub fn sendmsg(fd: FdArg, msg: *const libc::msghdr, flags: u32) -> Entry {
+    with_fd!(fd, |t| opcode::SendMsg::new(t, msg).flags(flags).build())
+}
+
+pub fn recvmsg(fd: FdArg, msg: *mut libc::msghdr, flags: u32) -> Entry {
+    with_fd!(fd, |t| opcode::RecvMsg::new(t, msg).flags(flags).build())
+}
+
+pub fn shutdown(fd: FdArg, how: i32) -> Entry {
+    with_fd!(fd, |t| opcode::Shutdown::new(t, how).build())
+}

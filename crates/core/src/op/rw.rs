@@ -1,0 +1,43 @@
+//! Reads and writes: plain, vectored, fixed-buffer and buffer-select forms.
+
+use super::FdArg;
+use crate::with_fd;
+use io_uring::{opcode, squeue::Entry};
+
+/// `offset == u64::MAX` means "the file's current position" (IORING_FEAT_RW_CUR_POS).
+pub fn read(fd: FdArg, buf: *mut u8, len: u32, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::Read::new(t, buf, len).offset(offset).build())
+}
+
+/// A read whose buffer the kernel picks from provided-buffer group `group`.
+pub fn read_select(fd: FdArg, len: u32, offset: u64, group: u16) -> Entry {
+    with_fd!(fd, |t| opcode::Read::new(t, std::ptr::null_mut(), len)
+        .offset(offset)
+        .buf_group(group)
+        .build()
+        .flags(io_uring::squeue::Flags::BUFFER_SELECT))
+}
+
+pub fn write(fd: FdArg, buf: *const u8, len: u32, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::Write::new(t, buf, len).offset(offset).build())
+}
+
+pub fn readv(fd: FdArg, iov: *const libc::iovec, n: u32, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::Readv::new(t, iov, n).offset(offset).build())
+}
+
+pub fn writev(fd: FdArg, iov: *const libc::iovec, n: u32, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::Writev::new(t, iov, n).offset(offset).build())
+}
+
+pub fn read_fixed(fd: FdArg, buf: *mut u8, len: u32, index: u16, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::ReadFixed::new(t, buf, len, index)
+        .offset(offset)
+        .build())
+}
+
+pub fn write_fixed(fd: FdArg, buf: *const u8, len: u32, index: u16, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::WriteFixed::new(t, buf, len, index)
+        .offset(offset)
+        .build())
+}

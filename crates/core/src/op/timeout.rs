@@ -1,0 +1,26 @@
+//! Timeouts: standalone (with an optional completion count) and linked.
+
+use io_uring::{opcode, squeue::Entry, types};
+
+pub fn timespec(seconds: f64) -> types::Timespec {
+    let secs = seconds.max(0.0);
+    let whole = secs.trunc();
+    types::Timespec::new()
+        .sec(whole as u64)
+        .nsec(((secs - whole) * 1e9) as u32)
+}
+
+/// Fires with -ETIME after the duration, or with 0 once `count` other completions arrived.
+pub fn timeout(ts: *const types::Timespec, count: u32, absolute: bool) -> Entry {
+    let flags = if absolute {
+        types::TimeoutFlags::ABS
+    } else {
+        types::TimeoutFlags::empty()
+    };
+    opcode::Timeout::new(ts).count(count).flags(flags).build()
+}
+
+/// Cancels the previous (linked) SQE if it has not completed in time.
+pub fn link_timeout(ts: *const types::Timespec) -> Entry {
+    opcode::LinkTimeout::new(ts).build()
+}
