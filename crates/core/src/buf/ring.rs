@@ -101,8 +101,12 @@ impl BufRing {
         // SAFETY: ring_mem stays alive (owned by self) until unregister or ring close; the
         // caller keeps `self` alive at least that long.
         unsafe {
-            ring.submitter()
-                .register_buf_ring_with_flags(self.ring_addr(), self.entries, self.group, 0)
+            ring.submitter().register_buf_ring_with_flags(
+                self.ring_addr(),
+                self.entries,
+                self.group,
+                0,
+            )
         }
     }
 

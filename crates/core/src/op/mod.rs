@@ -200,7 +200,10 @@ impl SockAddr {
                 // SAFETY: family says the storage holds a sockaddr_in.
                 let sin = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in) };
                 let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-                Some(std::net::SocketAddr::new(ip.into(), u16::from_be(sin.sin_port)))
+                Some(std::net::SocketAddr::new(
+                    ip.into(),
+                    u16::from_be(sin.sin_port),
+                ))
             }
             libc::AF_INET6 => {
                 // SAFETY: family says the storage holds a sockaddr_in6.
@@ -253,6 +256,8 @@ pub struct IoInfo {
     pub addr: u64,
     pub len: u64,
     pub offset: u64,
+    /// Provided-buffer group of a buffer-select op.
+    pub buf_group: Option<u16>,
 }
 
 /// Explain an EINVAL from a read or write: on an O_DIRECT file it is almost always alignment.
@@ -277,10 +282,16 @@ pub fn explain_einval(op_name: &str, info: &IoInfo) -> Option<String> {
         ));
     }
     if info.len % off_align != 0 {
-        bad.push(format!("length {} is not a multiple of {off_align}", info.len));
+        bad.push(format!(
+            "length {} is not a multiple of {off_align}",
+            info.len
+        ));
     }
     if info.offset != u64::MAX && info.offset % off_align != 0 {
-        bad.push(format!("offset {} is not a multiple of {off_align}", info.offset));
+        bad.push(format!(
+            "offset {} is not a multiple of {off_align}",
+            info.offset
+        ));
     }
     let what = if bad.is_empty() {
         format!("check alignment to {off_align} bytes")

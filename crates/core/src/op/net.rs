@@ -15,7 +15,12 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, slot: Option<u32>) -> Entry {
 
 pub fn connect(fd: FdArg, addr: *const SockAddr) -> Entry {
     // SAFETY (caller): addr points into the slot's Owned::Addr box, alive until completion.
-    let (p, len) = unsafe { (&(*addr).storage as *const _ as *const libc::sockaddr, (*addr).len) };
+    let (p, len) = unsafe {
+        (
+            &(*addr).storage as *const _ as *const libc::sockaddr,
+            (*addr).len,
+        )
+    };
     with_fd!(fd, |t| opcode::Connect::new(t, p, len).build())
 }
 
@@ -63,7 +68,9 @@ pub fn send(fd: FdArg, buf: *const u8, len: u32, flags: i32) -> Entry {
 }
 
 pub fn send_zc(fd: FdArg, buf: *const u8, len: u32, flags: i32) -> Entry {
-    with_fd!(fd, |t| opcode::SendZc::new(t, buf, len).flags(flags).build())
+    with_fd!(fd, |t| opcode::SendZc::new(t, buf, len)
+        .flags(flags)
+        .build())
 }
 
 pub fn sendmsg(fd: FdArg, msg: *const libc::msghdr, flags: u32) -> Entry {

@@ -6,7 +6,9 @@ use io_uring::{opcode, squeue::Entry};
 
 /// `offset == u64::MAX` means "the file's current position" (IORING_FEAT_RW_CUR_POS).
 pub fn read(fd: FdArg, buf: *mut u8, len: u32, offset: u64) -> Entry {
-    with_fd!(fd, |t| opcode::Read::new(t, buf, len).offset(offset).build())
+    with_fd!(fd, |t| opcode::Read::new(t, buf, len)
+        .offset(offset)
+        .build())
 }
 
 /// A read whose buffer the kernel picks from provided-buffer group `group`.
@@ -19,7 +21,9 @@ pub fn read_select(fd: FdArg, len: u32, offset: u64, group: u16) -> Entry {
 }
 
 pub fn write(fd: FdArg, buf: *const u8, len: u32, offset: u64) -> Entry {
-    with_fd!(fd, |t| opcode::Write::new(t, buf, len).offset(offset).build())
+    with_fd!(fd, |t| opcode::Write::new(t, buf, len)
+        .offset(offset)
+        .build())
 }
 
 pub fn readv(fd: FdArg, iov: *const libc::iovec, n: u32, offset: u64) -> Entry {
@@ -27,7 +31,9 @@ pub fn readv(fd: FdArg, iov: *const libc::iovec, n: u32, offset: u64) -> Entry {
 }
 
 pub fn writev(fd: FdArg, iov: *const libc::iovec, n: u32, offset: u64) -> Entry {
-    with_fd!(fd, |t| opcode::Writev::new(t, iov, n).offset(offset).build())
+    with_fd!(fd, |t| opcode::Writev::new(t, iov, n)
+        .offset(offset)
+        .build())
 }
 
 pub fn read_fixed(fd: FdArg, buf: *mut u8, len: u32, index: u16, offset: u64) -> Entry {

@@ -371,12 +371,9 @@ impl<K> Ring<K> {
     fn getevents(&mut self) -> io::Result<()> {
         // SAFETY: enter with to_submit=0 and min_complete=0 only runs task work / polls.
         let r = unsafe {
-            self.ring.submitter().enter::<libc::sigset_t>(
-                0,
-                0,
-                IORING_ENTER_GETEVENTS,
-                None,
-            )
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
         };
         match r {
             Ok(_) => Ok(()),
@@ -389,8 +386,7 @@ impl<K> Ring<K> {
     /// Runs deferred task work and flushes an overflowed CQ when needed.
     pub fn reap(&mut self, out: &mut Vec<Done<K>>, max: usize) -> io::Result<usize> {
         let start = out.len();
-        if self.ring.completion().is_empty() && self.backlog.is_empty() && self.needs_getevents()
-        {
+        if self.ring.completion().is_empty() && self.backlog.is_empty() && self.needs_getevents() {
             self.getevents()?;
         }
         loop {
@@ -426,8 +422,7 @@ impl<K> Ring<K> {
         }
         let idx = ud as u32;
         let more = cqueue::more(flags);
-        let (user_data, opcode, io) = match self.slots.get(idx as usize).and_then(|s| s.as_ref())
-        {
+        let (user_data, opcode, io) = match self.slots.get(idx as usize).and_then(|s| s.as_ref()) {
             Some(s) => (s.user_data, s.opcode, s.io),
             None => return,
         };
@@ -459,6 +454,25 @@ impl<K> Ring<K> {
             io,
             slot,
         });
+    }
+
+    /// SQE user_data (slot ids) of in-flight ops queued with the caller's `user_data`.
+    pub fn slots_with_user_data(&self, user_data: u64) -> Vec<u64> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Some(s) if s.user_data == user_data => Some(i as u64),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Queue an op the ring owns itself (no memory, completion swallowed).
+    pub fn push_internal(&mut self, entry: squeue::Entry) -> io::Result<()> {
+        self.push_raw(&entry.user_data(INTERNAL))?;
+        self.internal += 1;
+        Ok(())
     }
 
     /// Start shutting down: cancel every in-flight op and queue a drain NOP whose completion

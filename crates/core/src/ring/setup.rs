@@ -76,7 +76,8 @@ impl RingConfig {
         }
         if self.defer_taskrun && !self.single_issuer {
             return Err(SetupError::Invalid(
-                "defer_taskrun=True requires single_issuer=True (the kernel refuses it otherwise)".into(),
+                "defer_taskrun=True requires single_issuer=True (the kernel refuses it otherwise)"
+                    .into(),
             ));
         }
         if self.defer_taskrun && self.sqpoll {
@@ -151,7 +152,8 @@ impl RingConfig {
             b.setup_defer_taskrun();
             b.setup_taskrun_flag();
         }
-        b.build(self.entries).map_err(|e| explain_setup_error(self, &e))
+        b.build(self.entries)
+            .map_err(|e| explain_setup_error(self, &e))
     }
 }
 

@@ -1,0 +1,1689 @@
+//! `Ring`: the Python face of `uringkit_core::Ring`.
+
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFrozenSet, PyList};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use uringkit_core::buf::{BufRing, FixedBuffers};
+use uringkit_core::op::{self, FdArg, IoInfo, KStatx, MsgStore, Owned, SockAddr};
+use uringkit_core::ring::probe::OPS;
+use uringkit_core::ring::{self as core_ring, setup::human_bytes, setup::memlock_text};
+use uringkit_core::{Done, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};
+
+use crate::buffers::{Buffer, BufferRing};
+use crate::completion::Completion;
+use crate::convert::*;
+
+/// What an in-flight op keeps alive on the Python side.
+pub enum Keep {
+    None,
+    Buf(PyUntypedBuffer),
+    Bufs(Vec<PyUntypedBuffer>),
+    Obj(Py<PyAny>),
+}
+
+type CoreRing = uringkit_core::Ring<Keep>;
+
+/// How long close() waits for cancelled ops before giving up (and leaking their memory
+/// rather than freeing it under the kernel).
+const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+
+fn opts(link: bool, hardlink: bool, drain: bool, async_: bool, skip_success: bool) -> SqeOpts {
+    SqeOpts {
+        link,
+        hardlink,
+        drain,
+        async_,
+        skip_success,
+    }
+}
+
+fn setup_err(e: SetupError) -> PyErr {
+    match e {
+        SetupError::Invalid(m) => PyValueError::new_err(m),
+        SetupError::Os { errno, message } => os_error(errno, message),
+    }
+}
+
+fn opcode_of(e: &io_uring::squeue::Entry) -> u8 {
+    e.get_opcode() as u8
+}
+
+/// An io_uring instance: queue operations, submit them in batches, reap completions.
+///
+/// Every op method queues one SQE and returns None; `submit()` hands queued SQEs to the
+/// kernel, `wait(n)` submits and blocks (GIL released) until `n` completions are ready,
+/// `completions()` reaps without blocking. Memory an op uses (bytes, bytearray,
+/// memoryview, Buffer) is kept alive until its final completion, whatever Python does
+/// with it. A Ring is used from one thread at a time.
+#[pyclass(module = "uringkit._native")]
+pub struct Ring {
+    core: Option<CoreRing>,
+    cfg: RingConfig,
+    fixed: Option<Arc<FixedBuffers>>,
+    buf_rings: HashMap<u16, Py<BufferRing>>,
+    files: Option<u32>,
+    leaked: bool,
+}
+
+impl Ring {
+    fn core(&mut self) -> PyResult<&mut CoreRing> {
+        self.core
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on a closed Ring"))
+    }
+
+    /// Queue one entry; `slot.keep` and `slot.owned` hold everything it points to.
+    fn queue(
+        &mut self,
+        entry: io_uring::squeue::Entry,
+        mut slot: Slot<Keep>,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        slot.opcode = opcode_of(&entry);
+        let core = self.core()?;
+        // SAFETY: every pointer in `entry` was taken from `slot.keep` (Python buffers held by
+        // PyUntypedBuffer, which pins the exporter) or `slot.owned` (heap boxes that do not
+        // move), or from registered memory whose Arc the ring and the Buffer object hold.
+        unsafe { core.push(entry, slot, o) }.map_err(|e| io_error(e, "queueing an SQE"))
+    }
+
+    fn completion(&self, py: Python<'_>, d: Done<Keep>) -> PyResult<Completion> {
+        let buffer_id = d.buffer_id();
+        if let (Some(bid), Some(g)) = (buffer_id, d.io.buf_group) {
+            if let Some(br) = self.buf_rings.get(&g) {
+                br.get().taken(bid);
+            }
+        }
+        let name = uringkit_core::ring::probe::op_by_code(d.opcode)
+            .map(|o| o.name)
+            .unwrap_or("op");
+        let mut message = None;
+        if d.res == -libc::EINVAL {
+            message = op::explain_einval(name, &d.io);
+        } else if d.res == -libc::EOPNOTSUPP && self.cfg.iopoll {
+            message = Some(format!(
+                "{name} on an IOPOLL ring failed with EOPNOTSUPP: polled I/O needs O_DIRECT \
+                 on a block device with poll queues (NVMe with poll_queues>0); this device or \
+                 filesystem has none — use a ring without iopoll=True"
+            ));
+        } else if d.res == -libc::ENOBUFS && d.io.buf_group.is_some() {
+            message = Some(format!(
+                "{name}: no provided buffer left in group {} (ENOBUFS); recycle buffers with \
+                 BufferRing.recycle() and queue the op again",
+                d.io.buf_group.unwrap_or(0)
+            ));
+        }
+        let mut buffer = None;
+        let mut result = None;
+        if let Some(slot) = d.slot {
+            buffer = match slot.keep {
+                Keep::None => None,
+                Keep::Buf(b) => b.obj(py).map(|o| o.clone().unbind()),
+                Keep::Bufs(v) => {
+                    let objs: Vec<Py<PyAny>> = v
+                        .iter()
+                        .filter_map(|b| b.obj(py).map(|o| o.clone().unbind()))
+                        .collect();
+                    Some(PyList::new(py, objs)?.into_any().unbind())
+                }
+                Keep::Obj(o) => Some(o),
+            };
+            if d.res >= 0 {
+                result = match &slot.owned {
+                    Owned::Statx(_, st) => Some(statx_dict(py, st)?.into_any().unbind()),
+                    Owned::Addr(sa) if slot.opcode == io_uring::opcode::Accept::CODE => {
+                        sockaddr_to_py(py, sa)?.map(|a| a.unbind())
+                    }
+                    Owned::Msg(m) => match &m.addr {
+                        Some(sa) if m.hdr.msg_namelen > 0 => {
+                            let mut sa2 = (**sa).clone();
+                            sa2.len = m.hdr.msg_namelen;
+                            sockaddr_to_py(py, &sa2)?.map(|a| a.unbind())
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+            }
+        }
+        Ok(Completion {
+            user_data: d.user_data,
+            res: d.res,
+            flags: d.flags,
+            opcode: d.opcode,
+            buffer_id,
+            buffer,
+            result,
+            message,
+        })
+    }
+
+    fn convert_all(&self, py: Python<'_>, done: Vec<Done<Keep>>) -> PyResult<Vec<Completion>> {
+        let mut v = Vec::with_capacity(done.len());
+        for d in done {
+            v.push(self.completion(py, d)?);
+        }
+        Ok(v)
+    }
+
+    fn buffer_ring_group(&self, br: &Bound<'_, BufferRing>) -> PyResult<(u16, usize)> {
+        let b = br.get();
+        match self.buf_rings.get(&b.group_id) {
+            Some(mine) if mine.as_ptr() == br.as_ptr() => Ok((b.group_id, b.size)),
+            _ => Err(PyValueError::new_err(
+                "buffer_ring was not created by this Ring (use ring.buffer_ring(...))",
+            )),
+        }
+    }
+
+    fn fixed_buffer(&self, buf: &Bound<'_, Buffer>) -> PyResult<()> {
+        match &self.fixed {
+            Some(p) if Arc::ptr_eq(p, &buf.get().pool) => Ok(()),
+            _ => Err(PyValueError::new_err(
+                "buf is not registered with this Ring (use a Buffer from ring.register_buffers())",
+            )),
+        }
+    }
+
+    /// Cancel everything, wait (GIL released) for the kernel to let go of all memory, then
+    /// drop the ring. If the kernel does not finish in time, leak rather than free.
+    fn shutdown_ring(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Some(mut core) = self.core.take() else {
+            return Ok(());
+        };
+        let mut sink = Vec::new();
+        let res = core.begin_close();
+        let deadline = Instant::now() + CLOSE_LIMIT;
+        if res.is_ok() {
+            while !core.quiescent() && Instant::now() < deadline {
+                let c = &core;
+                let _ = py.detach(|| c.wait_cqes(1, Some(Duration::from_millis(100))));
+                sink.clear();
+                if core.reap(&mut sink, usize::MAX).is_err() {
+                    break;
+                }
+            }
+        }
+        drop(sink);
+        if core.quiescent() {
+            core.release_all_skipped();
+            drop(core);
+            Ok(())
+        } else {
+            let n = core.in_flight();
+            // The kernel may still write into memory these ops own: never free it.
+            std::mem::forget(core);
+            if let Some(f) = self.fixed.take() {
+                std::mem::forget(f);
+            }
+            for (_, b) in self.buf_rings.drain() {
+                std::mem::forget(b);
+            }
+            self.leaked = true;
+            Err(PyRuntimeError::new_err(format!(
+                "Ring.close(): {n} ops did not complete within {}s of being cancelled; their \
+                 memory was leaked on purpose instead of being freed under the kernel",
+                CLOSE_LIMIT.as_secs()
+            )))
+        }
+    }
+}
+
+fn statx_dict<'py>(py: Python<'py>, st: &KStatx) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+    let rdev = libc::makedev(st.stx_rdev_major, st.stx_rdev_minor);
+    d.set_item("st_mode", st.stx_mode as u32)?;
+    d.set_item("st_ino", st.stx_ino)?;
+    d.set_item("st_dev", dev)?;
+    d.set_item("st_nlink", st.stx_nlink)?;
+    d.set_item("st_uid", st.stx_uid)?;
+    d.set_item("st_gid", st.stx_gid)?;
+    d.set_item("st_size", st.stx_size)?;
+    d.set_item("st_atime", st.stx_atime.as_f64())?;
+    d.set_item("st_mtime", st.stx_mtime.as_f64())?;
+    d.set_item("st_ctime", st.stx_ctime.as_f64())?;
+    d.set_item("st_birthtime", st.stx_btime.as_f64())?;
+    d.set_item("st_atime_ns", st.stx_atime.as_ns())?;
+    d.set_item("st_mtime_ns", st.stx_mtime.as_ns())?;
+    d.set_item("st_ctime_ns", st.stx_ctime.as_ns())?;
+    d.set_item("st_blksize", st.stx_blksize)?;
+    d.set_item("st_blocks", st.stx_blocks)?;
+    d.set_item("st_rdev", rdev)?;
+    d.set_item("st_attributes", st.stx_attributes)?;
+    d.set_item("mask", st.stx_mask)?;
+    if st.stx_mask & op::STATX_DIOALIGN != 0 {
+        d.set_item("dio_mem_align", st.stx_dio_mem_align)?;
+        d.set_item("dio_offset_align", st.stx_dio_offset_align)?;
+    }
+    Ok(d)
+}
+
+static PROBE: OnceLock<Result<Vec<&'static str>, (i32, String)>> = OnceLock::new();
+
+#[pymethods]
+impl Ring {
+    #[new]
+    #[pyo3(signature = (entries=256, *, sqpoll=false, sq_thread_idle_ms=1000, sq_thread_cpu=None,
+        iopoll=false, coop_taskrun=false, single_issuer=false, defer_taskrun=false, cq_entries=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        entries: i64,
+        sqpoll: bool,
+        sq_thread_idle_ms: u32,
+        sq_thread_cpu: Option<u32>,
+        iopoll: bool,
+        coop_taskrun: bool,
+        single_issuer: bool,
+        defer_taskrun: bool,
+        cq_entries: Option<i64>,
+    ) -> PyResult<Self> {
+        let max = core_ring::setup::MAX_ENTRIES as i64;
+        if !(1..=max).contains(&entries) {
+            return Err(PyValueError::new_err(format!(
+                "entries must be between 1 and {max} (got {entries})"
+            )));
+        }
+        let cq = match cq_entries {
+            None => None,
+            Some(c) if c >= entries && c <= 2 * max => Some(c as u32),
+            Some(c) => {
+                return Err(PyValueError::new_err(format!(
+                    "cq_entries must be between entries ({entries}) and {} (got {c})",
+                    2 * max
+                )))
+            }
+        };
+        let cfg = RingConfig {
+            entries: entries as u32,
+            cq_entries: cq,
+            sqpoll,
+            sq_thread_idle_ms,
+            sq_thread_cpu,
+            iopoll,
+            coop_taskrun,
+            single_issuer,
+            defer_taskrun,
+        };
+        let core = CoreRing::new(cfg.clone()).map_err(setup_err)?;
+        Ok(Ring {
+            core: Some(core),
+            cfg,
+            fixed: None,
+            buf_rings: HashMap::new(),
+            files: None,
+            leaked: false,
+        })
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+    ) -> PyResult<bool> {
+        self.shutdown_ring(py)?;
+        Ok(false)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.core.is_none()
+    }
+
+    /// The ring's file descriptor.
+    fn fileno(&mut self) -> PyResult<i32> {
+        Ok(self.core()?.fd())
+    }
+
+    /// SQ size (a power of two, possibly larger than asked).
+    #[getter]
+    fn entries(&mut self) -> PyResult<u32> {
+        Ok(self.core()?.sq_entries())
+    }
+    #[getter]
+    fn cq_entries(&mut self) -> PyResult<u32> {
+        Ok(self.core()?.cq_entries())
+    }
+    /// Free SQ slots.
+    #[getter]
+    fn sq_space_left(&mut self) -> PyResult<usize> {
+        Ok(self.core()?.sq_space_left())
+    }
+    /// SQEs queued but not yet handed to the kernel.
+    #[getter]
+    fn pending(&mut self) -> PyResult<usize> {
+        Ok(self.core()?.sq_pending())
+    }
+    /// Completions ready to be reaped.
+    #[getter]
+    fn cq_ready(&mut self) -> PyResult<usize> {
+        Ok(self.core()?.cq_ready())
+    }
+    /// Ops whose final completion has not been reaped (skip_success ops excluded).
+    #[getter]
+    fn in_flight(&mut self) -> PyResult<usize> {
+        Ok(self.core()?.in_flight())
+    }
+    /// io_uring_enter calls made to submit (for measuring batching).
+    #[getter]
+    fn submit_calls(&mut self) -> PyResult<u64> {
+        Ok(self.core()?.submit_calls())
+    }
+    /// Times the kernel had to park completions because the CQ was full.
+    #[getter]
+    fn cq_overflow(&mut self) -> PyResult<u32> {
+        Ok(self.core()?.cq_overflow_count())
+    }
+
+    /// The kernel's IORING_FEAT_* flags for this ring, as lower-case names.
+    #[getter]
+    fn features<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyFrozenSet>> {
+        let f = self.core()?.features();
+        PyFrozenSet::new(py, f)
+    }
+
+    /// The setup options this ring was created with.
+    #[getter]
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let c = &self.cfg;
+        d.set_item("entries", c.entries)?;
+        d.set_item("cq_entries", c.cq_entries)?;
+        d.set_item("sqpoll", c.sqpoll)?;
+        d.set_item("sq_thread_idle_ms", c.sq_thread_idle_ms)?;
+        d.set_item("sq_thread_cpu", c.sq_thread_cpu)?;
+        d.set_item("iopoll", c.iopoll)?;
+        d.set_item("coop_taskrun", c.coop_taskrun)?;
+        d.set_item("single_issuer", c.single_issuer)?;
+        d.set_item("defer_taskrun", c.defer_taskrun)?;
+        Ok(d)
+    }
+
+    /// Names of the opcodes this kernel supports (from IORING_REGISTER_PROBE, not from the
+    /// version string). Callable on the class: `Ring.probe()`.
+    #[staticmethod]
+    fn probe<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyFrozenSet>> {
+        let r = PROBE.get_or_init(|| {
+            let ring = uringkit_core::Ring::<()>::new(RingConfig {
+                entries: 2,
+                ..Default::default()
+            })
+            .map_err(|e| match e {
+                SetupError::Invalid(m) => (libc::EINVAL, m),
+                SetupError::Os { errno, message } => (errno, message),
+            })?;
+            ring.probe()
+                .map_err(|e| (e.raw_os_error().unwrap_or(libc::EIO), e.to_string()))
+        });
+        match r {
+            Ok(v) => PyFrozenSet::new(py, v.iter()),
+            Err((errno, m)) => Err(os_error(*errno, m.clone())),
+        }
+    }
+
+    /// Hand every queued SQE to the kernel; returns how many it took.
+    fn submit(&mut self) -> PyResult<usize> {
+        self.core()?
+            .submit()
+            .map_err(|e| io_error(e, "io_uring_enter (submit)"))
+    }
+
+    /// Submit what is queued, then block until at least `min_complete` completions are
+    /// ready (or `timeout` seconds pass), with the GIL released. Returns every completion
+    /// ready at that point (possibly more than `min_complete`; fewer on timeout, or when
+    /// nothing else is in flight — it never waits for completions that cannot come).
+    #[pyo3(signature = (min_complete=1, timeout=None))]
+    fn wait(
+        &mut self,
+        py: Python<'_>,
+        min_complete: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<Completion>> {
+        if let Some(t) = timeout {
+            if !(t >= 0.0 && t.is_finite()) {
+                return Err(PyValueError::new_err(format!(
+                    "timeout must be a finite number of seconds >= 0, or None (got {t})"
+                )));
+            }
+        }
+        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+        let mut out: Vec<Done<Keep>> = Vec::new();
+        let core = self.core()?;
+        core.submit()
+            .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
+        core.reap(&mut out, usize::MAX)
+            .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
+        while out.len() < min_complete {
+            if core.holding() == 0 && core.sq_pending() == 0 {
+                break;
+            }
+            let cap = core.cq_entries() as usize;
+            let want = (min_complete - out.len()).min(cap).max(1);
+            let remaining = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break;
+                    }
+                    Some(d - now)
+                }
+                None => None,
+            };
+            let c: &CoreRing = core;
+            let outcome = py
+                .detach(|| c.wait_cqes(want, remaining))
+                .map_err(|e| io_error(e, "io_uring_enter (wait)"))?;
+            core.reap(&mut out, usize::MAX)
+                .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
+            match outcome {
+                WaitOutcome::Ready => {}
+                WaitOutcome::TimedOut => break,
+                WaitOutcome::Interrupted => {
+                    if let Err(e) = py.check_signals() {
+                        // Hand the completions we already took back through the error path:
+                        // their memory is released normally when `out` drops.
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        self.convert_all(py, out)
+    }
+
+    /// Reap every ready completion without blocking (runs deferred task work when the ring
+    /// uses DEFER_TASKRUN or COOP_TASKRUN says some is pending).
+    #[pyo3(signature = (max=None))]
+    fn completions(&mut self, py: Python<'_>, max: Option<usize>) -> PyResult<Vec<Completion>> {
+        let mut out = Vec::new();
+        self.core()?
+            .reap(&mut out, max.unwrap_or(usize::MAX))
+            .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
+        self.convert_all(py, out)
+    }
+
+    // ----- ops -------------------------------------------------------------------------
+
+    /// Queue a no-op (a pure round trip through the ring).
+    #[pyo3(signature = (*, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    fn nop(
+        &mut self,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        self.queue(
+            op::nop::nop(),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a read of up to `nbytes` (default: len(buf)) into `buf` at `offset` (-1: the
+    /// current file position). With `buffer_ring=` and no `buf`, the kernel picks a provided
+    /// buffer (completion.buffer_id). Result: bytes read (0 at EOF).
+    #[pyo3(signature = (fd, buf=None, offset=-1, *, nbytes=None, buffer_ring=None, user_data=0,
+        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: Option<&Bound<'_, PyAny>>,
+        offset: i64,
+        nbytes: Option<usize>,
+        buffer_ring: Option<&Bound<'_, BufferRing>>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        match (buf, buffer_ring) {
+            (Some(_), Some(_)) => Err(PyValueError::new_err(
+                "pass either buf or buffer_ring, not both",
+            )),
+            (None, None) => Err(PyValueError::new_err(
+                "read needs a buf to read into, or buffer_ring= for a provided buffer",
+            )),
+            (None, Some(br)) => {
+                let (group, size) = self.buffer_ring_group(br)?;
+                let len = io_len(size, nbytes, "a provided buffer")?;
+                let mut slot = Slot::new(user_data, 0, Keep::None);
+                slot.io = IoInfo {
+                    fd: raw_of(fd),
+                    len: len as u64,
+                    offset: off,
+                    buf_group: Some(group),
+                    ..Default::default()
+                };
+                self.queue(op::rw::read_select(fd, len, off, group), slot, o)
+            }
+            (Some(b), None) => {
+                let pb = writable_buffer(b, "buf")?;
+                let len = io_len(pb.len_bytes(), nbytes, "buf")?;
+                let ptr = pb.buf_ptr() as *mut u8;
+                let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
+                slot.io = IoInfo {
+                    fd: raw_of(fd),
+                    addr: ptr as u64,
+                    len: len as u64,
+                    offset: off,
+                    buf_group: None,
+                };
+                self.queue(op::rw::read(fd, ptr, len, off), slot, o)
+            }
+        }
+    }
+
+    /// Queue a write of `data` (or its first `nbytes`) at `offset` (-1: current position,
+    /// or the end for O_APPEND). Result: bytes written (may be short).
+    #[pyo3(signature = (fd, data, offset=-1, *, nbytes=None, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        offset: i64,
+        nbytes: Option<usize>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        let pb = read_only_buffer(data, "data")?;
+        let len = io_len(pb.len_bytes(), nbytes, "data")?;
+        let ptr = pb.buf_ptr() as *const u8;
+        let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
+        slot.io = IoInfo {
+            fd: raw_of(fd),
+            addr: ptr as u64,
+            len: len as u64,
+            offset: off,
+            buf_group: None,
+        };
+        self.queue(
+            op::rw::write(fd, ptr, len, off),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a vectored read into each of `buffers` in turn (preadv).
+    #[pyo3(signature = (fd, buffers, offset=-1, *, user_data=0, link=false, hardlink=false,
+        drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn readv(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        offset: i64,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        self.vectored(
+            fd,
+            buffers,
+            offset,
+            true,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a vectored write of each of `buffers` in turn (pwritev).
+    #[pyo3(signature = (fd, buffers, offset=-1, *, user_data=0, link=false, hardlink=false,
+        drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn writev(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        offset: i64,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        self.vectored(
+            fd,
+            buffers,
+            offset,
+            false,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a read into a registered Buffer (no per-op page pinning).
+    #[pyo3(signature = (fd, buf, offset=-1, *, nbytes=None, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_fixed(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        offset: i64,
+        nbytes: Option<usize>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        self.fixed_rw(
+            fd,
+            buf,
+            offset,
+            nbytes,
+            true,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a write from a registered Buffer.
+    #[pyo3(signature = (fd, buf, offset=-1, *, nbytes=None, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn write_fixed(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        offset: i64,
+        nbytes: Option<usize>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        self.fixed_rw(
+            fd,
+            buf,
+            offset,
+            nbytes,
+            false,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue fsync (or fdatasync with `datasync=True`). Link it after a write for durability.
+    #[pyo3(signature = (fd, *, datasync=false, user_data=0, link=false, hardlink=false,
+        drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn fsync(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        datasync: bool,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::sync::fsync(fd, datasync),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue fallocate(fd, mode, offset, length).
+    #[pyo3(signature = (fd, length, offset=0, *, mode=0, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn fallocate(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        length: u64,
+        offset: u64,
+        mode: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::sync::fallocate(fd, offset, length, mode),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue openat(dir_fd, path, flags, mode). Result: the new fd (or 0 with
+    /// `fixed_slot=`, which installs it straight into the registered file table).
+    #[pyo3(signature = (path, flags=libc::O_RDONLY | libc::O_CLOEXEC, mode=0o644, *,
+        dir_fd=libc::AT_FDCWD, fixed_slot=None, user_data=0, link=false, hardlink=false,
+        drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn openat(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        flags: i32,
+        mode: u32,
+        dir_fd: i32,
+        fixed_slot: Option<u32>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let p = path_arg(path)?;
+        let ptr = p.as_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Path(p);
+        self.queue(
+            op::fs::openat(dir_fd, ptr, flags, mode, fixed_slot),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// `ring.close()`: cancel every op in flight, wait (GIL released) for their completions
+    /// so no memory is freed while the kernel may use it, then close the ring. Idempotent.
+    ///
+    /// `ring.close(fd)`: queue IORING_OP_CLOSE for `fd` (`Fixed(i)` empties a registered
+    /// file slot), like every other op.
+    #[pyo3(signature = (fd=None, *, user_data=0, link=false, hardlink=false, drain=false,
+        async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn close(
+        &mut self,
+        py: Python<'_>,
+        fd: Option<&Bound<'_, PyAny>>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let Some(fd) = fd else {
+            return self.shutdown_ring(py);
+        };
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::fs::close(fd),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue statx. The completion's `result` is a dict with os.stat_result's field names
+    /// (plus dio_mem_align / dio_offset_align when the kernel reports them). To stat an open
+    /// fd: `statx("", dir_fd=fd, flags=AT_EMPTY_PATH)`.
+    #[pyo3(signature = (path, *, dir_fd=libc::AT_FDCWD, flags=0, mask=0x0fff | 0x2000,
+        user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn statx(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        dir_fd: i32,
+        flags: i32,
+        mask: u32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let p = path_arg(path)?;
+        let mut st = Box::<KStatx>::default();
+        let (pp, sp) = (p.as_ptr(), &mut *st as *mut KStatx);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Statx(p, st);
+        self.queue(
+            op::fs::statx(dir_fd, pp, sp, flags, mask),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue splice: move `nbytes` from fd_in to fd_out (one must be a pipe). An offset of
+    /// -1 uses the descriptor's position (required for the pipe side).
+    #[pyo3(signature = (fd_in, off_in, fd_out, off_out, nbytes, *, flags=0, user_data=0,
+        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn splice(
+        &mut self,
+        fd_in: &Bound<'_, PyAny>,
+        off_in: i64,
+        fd_out: &Bound<'_, PyAny>,
+        off_out: i64,
+        nbytes: u32,
+        flags: u32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let (i, o) = (fd_arg(fd_in, "fd_in")?, fd_arg(fd_out, "fd_out")?);
+        self.queue(
+            op::splice::splice(i, off_in, o, off_out, nbytes, flags),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue tee: duplicate `nbytes` from one pipe into another without consuming them.
+    #[pyo3(signature = (fd_in, fd_out, nbytes, *, flags=0, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn tee(
+        &mut self,
+        fd_in: &Bound<'_, PyAny>,
+        fd_out: &Bound<'_, PyAny>,
+        nbytes: u32,
+        flags: u32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let (i, o) = (fd_arg(fd_in, "fd_in")?, fd_arg(fd_out, "fd_out")?);
+        self.queue(
+            op::splice::tee(i, o, nbytes, flags),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue accept on a listening socket. Result: the new connection's fd; single-shot
+    /// completions carry the peer address in `result`. `multishot=True` keeps accepting
+    /// (completion.more stays True) until cancelled or an error.
+    #[pyo3(signature = (fd, *, multishot=false, flags=libc::SOCK_CLOEXEC, user_data=0,
+        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn accept(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        multishot: bool,
+        flags: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        if multishot {
+            return self.queue(
+                op::net::accept_multi(fd, flags),
+                Slot::new(user_data, 0, Keep::None),
+                o,
+            );
+        }
+        let mut sa = Box::<SockAddr>::default();
+        let p = &mut *sa as *mut SockAddr;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Addr(sa);
+        self.queue(op::net::accept(fd, p, flags), slot, o)
+    }
+
+    /// Queue connect to `address`: (host, port), (host, port, flowinfo, scope_id), or an
+    /// AF_UNIX path.
+    #[pyo3(signature = (fd, address, *, user_data=0, link=false, hardlink=false, drain=false,
+        async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn connect(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        address: &Bound<'_, PyAny>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let sa = Box::new(sockaddr_arg(address)?);
+        let p = &*sa as *const SockAddr;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Addr(sa);
+        self.queue(
+            op::net::connect(fd, p),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue recv into `buf`, or into a provided buffer with `buffer_ring=`.
+    /// `multishot=True` (needs `buffer_ring`) keeps receiving, one completion per chunk,
+    /// until EOF (res 0), an error, ENOBUFS or cancellation.
+    #[pyo3(signature = (fd, buf=None, *, nbytes=None, flags=0, multishot=false,
+        buffer_ring=None, user_data=0, link=false, hardlink=false, drain=false, async_=false,
+        skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn recv(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: Option<&Bound<'_, PyAny>>,
+        nbytes: Option<usize>,
+        flags: i32,
+        multishot: bool,
+        buffer_ring: Option<&Bound<'_, BufferRing>>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        match (buf, buffer_ring) {
+            (Some(_), Some(_)) => Err(PyValueError::new_err(
+                "pass either buf or buffer_ring, not both",
+            )),
+            (None, None) => Err(PyValueError::new_err(
+                "recv needs a buf, or buffer_ring= for provided buffers",
+            )),
+            (Some(_), None) if multishot => Err(PyValueError::new_err(
+                "multishot recv needs buffer_ring= (each completion gets its own buffer)",
+            )),
+            (None, Some(br)) => {
+                let (group, size) = self.buffer_ring_group(br)?;
+                let mut slot = Slot::new(user_data, 0, Keep::None);
+                slot.io.buf_group = Some(group);
+                let e = if multishot {
+                    op::net::recv_multi(fd, flags, group)
+                } else {
+                    let len = io_len(size, nbytes, "a provided buffer")?;
+                    op::net::recv_select(fd, len, flags, group)
+                };
+                self.queue(e, slot, o)
+            }
+            (Some(b), None) => {
+                let pb = writable_buffer(b, "buf")?;
+                let len = io_len(pb.len_bytes(), nbytes, "buf")?;
+                let ptr = pb.buf_ptr() as *mut u8;
+                self.queue(
+                    op::net::recv(fd, ptr, len, flags),
+                    Slot::new(user_data, 0, Keep::Buf(pb)),
+                    o,
+                )
+            }
+        }
+    }
+
+    /// Queue send of `data`. Result: bytes sent.
+    #[pyo3(signature = (fd, data, *, nbytes=None, flags=0, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        nbytes: Option<usize>,
+        flags: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let pb = read_only_buffer(data, "data")?;
+        let len = io_len(pb.len_bytes(), nbytes, "data")?;
+        let ptr = pb.buf_ptr() as *const u8;
+        self.queue(
+            op::net::send(fd, ptr, len, flags),
+            Slot::new(user_data, 0, Keep::Buf(pb)),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a zero-copy send. Two completions arrive: the result (`more=True`), then a
+    /// notification (`notif=True`) once the kernel no longer reads `data`; the buffer is
+    /// held until the notification.
+    #[pyo3(signature = (fd, data, *, nbytes=None, flags=0, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn send_zc(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        nbytes: Option<usize>,
+        flags: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let pb = read_only_buffer(data, "data")?;
+        let len = io_len(pb.len_bytes(), nbytes, "data")?;
+        let ptr = pb.buf_ptr() as *const u8;
+        self.queue(
+            op::net::send_zc(fd, ptr, len, flags),
+            Slot::new(user_data, 0, Keep::Buf(pb)),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue sendmsg of `buffers` (gathered), optionally to `address` (datagram sockets).
+    #[pyo3(signature = (fd, buffers, address=None, *, flags=0, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn sendmsg(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        address: Option<&Bound<'_, PyAny>>,
+        flags: u32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let (bufs, iov) = iovecs(buffers, false)?;
+        let addr = address.map(sockaddr_arg).transpose()?.map(Box::new);
+        let msg = msg_store(iov, addr);
+        let p = &msg.hdr as *const libc::msghdr;
+        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+        slot.owned = Owned::Msg(msg);
+        self.queue(
+            op::net::sendmsg(fd, p, flags),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue recvmsg into `buffers` (scattered). The completion's `result` is the sender's
+    /// address for datagram sockets.
+    #[pyo3(signature = (fd, buffers, *, flags=0, user_data=0, link=false, hardlink=false,
+        drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn recvmsg(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        flags: u32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let (bufs, iov) = iovecs(buffers, true)?;
+        let mut msg = msg_store(iov, Some(Box::default()));
+        let p = &mut msg.hdr as *mut libc::msghdr;
+        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+        slot.owned = Owned::Msg(msg);
+        self.queue(
+            op::net::recvmsg(fd, p, flags),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue shutdown(fd, how) (socket.SHUT_RD / SHUT_WR / SHUT_RDWR).
+    #[pyo3(signature = (fd, how, *, user_data=0, link=false, hardlink=false, drain=false,
+        async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn shutdown(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        how: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::net::shutdown(fd, how),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue socket(domain, type, protocol). Result: the new fd (or 0 with `fixed_slot=`).
+    #[pyo3(signature = (domain, type_, protocol=0, *, fixed_slot=None, user_data=0,
+        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn socket(
+        &mut self,
+        domain: i32,
+        type_: i32,
+        protocol: i32,
+        fixed_slot: Option<u32>,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        self.queue(
+            op::net::socket(domain, type_, protocol, fixed_slot),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a timeout: completes with -ETIME after `seconds`, or with 0 once `count` other
+    /// completions have arrived. `absolute=True` takes CLOCK_MONOTONIC seconds.
+    #[pyo3(signature = (seconds, *, count=0, absolute=false, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn timeout(
+        &mut self,
+        seconds: f64,
+        count: u32,
+        absolute: bool,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        check_seconds(seconds)?;
+        let ts = Box::new(op::timeout::timespec(seconds));
+        let p = &*ts as *const io_uring::types::Timespec;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Timespec(ts);
+        self.queue(
+            op::timeout::timeout(p, count, absolute),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a linked timeout for the op queued just before (which must have `link=True`):
+    /// if that op has not completed after `seconds`, it is cancelled (-ECANCELED) and this
+    /// completes with -ETIME; otherwise this completes with -ECANCELED.
+    #[pyo3(signature = (seconds, *, user_data=0, link=false, hardlink=false, drain=false,
+        async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn link_timeout(
+        &mut self,
+        seconds: f64,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        check_seconds(seconds)?;
+        let ts = Box::new(op::timeout::timespec(seconds));
+        let p = &*ts as *const io_uring::types::Timespec;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Timespec(ts);
+        self.queue(
+            op::timeout::link_timeout(p),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a cancellation of the in-flight op(s) queued with `user_data == target`
+    /// (`all=True`: every match), or of ops on `fd=`. Result: 0 when cancelled, -ENOENT when
+    /// nothing matched, -EALREADY when the op was already running. The cancelled op still
+    /// completes (usually -ECANCELED) and keeps its memory until then.
+    #[pyo3(signature = (target=None, *, fd=None, all=false, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn cancel(
+        &mut self,
+        target: Option<u64>,
+        fd: Option<&Bound<'_, PyAny>>,
+        all: bool,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        match (target, fd) {
+            (Some(_), Some(_)) | (None, None) => Err(PyValueError::new_err(
+                "cancel needs exactly one of: target (a user_data) or fd=",
+            )),
+            (None, Some(f)) => {
+                let f = fd_arg(f, "fd")?;
+                self.queue(
+                    op::cancel::cancel_fd(f, all),
+                    Slot::new(user_data, 0, Keep::None),
+                    o,
+                )
+            }
+            (Some(t), None) => {
+                let mut ids = self.core()?.slots_with_user_data(t);
+                if !all {
+                    ids.truncate(1);
+                }
+                // No match: target an id no slot has, so the kernel answers -ENOENT.
+                let last = ids.pop().unwrap_or(u32::MAX as u64 - 1);
+                for id in ids {
+                    self.core()?
+                        .push_internal(op::cancel::cancel_user_data(id, false))
+                        .map_err(|e| io_error(e, "queueing a cancel"))?;
+                }
+                self.queue(
+                    op::cancel::cancel_user_data(last, false),
+                    Slot::new(user_data, 0, Keep::None),
+                    o,
+                )
+            }
+        }
+    }
+
+    // ----- registration ----------------------------------------------------------------
+
+    /// Register `fds` as the fixed file table (use `Fixed(i)` in place of `fds[i]`);
+    /// -1 entries are empty slots.
+    fn register_files(&mut self, fds: Vec<i32>) -> PyResult<()> {
+        if fds.is_empty() {
+            return Err(PyValueError::new_err(
+                "register_files needs at least one fd",
+            ));
+        }
+        let n = fds.len() as u32;
+        let core = self.core()?;
+        core.raw()
+            .submitter()
+            .register_files(&fds)
+            .map_err(|e| register_error(e, "register_files", n))?;
+        self.files = Some(n);
+        Ok(())
+    }
+
+    /// Register an empty fixed file table of `count` slots (fill with update_files, or
+    /// openat/socket/accept with `fixed_slot=`).
+    fn register_files_sparse(&mut self, count: u32) -> PyResult<()> {
+        if count == 0 {
+            return Err(PyValueError::new_err("count must be at least 1"));
+        }
+        let core = self.core()?;
+        core.raw()
+            .submitter()
+            .register_files_sparse(count)
+            .map_err(|e| register_error(e, "register_files_sparse", count))?;
+        self.files = Some(count);
+        Ok(())
+    }
+
+    /// Replace fixed file slots starting at `offset` with `fds` (-1 clears a slot).
+    /// Returns how many slots were updated.
+    fn update_files(&mut self, offset: u32, fds: Vec<i32>) -> PyResult<usize> {
+        let Some(n) = self.files else {
+            return Err(PyValueError::new_err(
+                "no file table: call register_files or register_files_sparse first",
+            ));
+        };
+        if offset as usize + fds.len() > n as usize {
+            return Err(PyValueError::new_err(format!(
+                "offset {offset} + {} fds exceeds the table of {n} slots",
+                fds.len()
+            )));
+        }
+        let core = self.core()?;
+        core.raw()
+            .submitter()
+            .register_files_update(offset, &fds)
+            .map_err(|e| register_error(e, "update_files", n))
+    }
+
+    /// Drop the fixed file table.
+    fn unregister_files(&mut self) -> PyResult<()> {
+        let core = self.core()?;
+        core.raw()
+            .submitter()
+            .unregister_files()
+            .map_err(|e| io_error(e, "unregister_files"))?;
+        self.files = None;
+        Ok(())
+    }
+
+    /// Allocate `count` page-aligned buffers of `size` bytes and register them with the
+    /// kernel (pinned memory, charged to RLIMIT_MEMLOCK unless the process has
+    /// CAP_IPC_LOCK). Returns them as `Buffer` objects for read_fixed/write_fixed.
+    fn register_buffers(
+        &mut self,
+        py: Python<'_>,
+        count: usize,
+        size: usize,
+    ) -> PyResult<Vec<Py<Buffer>>> {
+        if self.fixed.is_some() {
+            return Err(PyValueError::new_err(
+                "buffers are already registered on this ring; call unregister_buffers() first",
+            ));
+        }
+        let pool =
+            FixedBuffers::new(count, size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let core = self.core()?;
+        if let Err(e) = pool.register(core.raw()) {
+            let bytes = pool.pinned_bytes() as u64;
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOMEM) => os_error(
+                    libc::ENOMEM,
+                    format!(
+                        "register_buffers: pinning {} ({count} x {size} bytes) exceeds \
+                         RLIMIT_MEMLOCK ({}); the kernel charges registered buffers to the \
+                         locked-memory limit. Raise it (`ulimit -l`, LimitMEMLOCK= in systemd, \
+                         `--ulimit memlock=-1` in Docker) or register less",
+                        human_bytes(bytes),
+                        memlock_text()
+                    ),
+                ),
+                _ => io_error(e, "register_buffers"),
+            });
+        }
+        self.fixed = Some(pool.clone());
+        (0..count)
+            .map(|i| {
+                Py::new(
+                    py,
+                    Buffer {
+                        pool: pool.clone(),
+                        index: i as u16,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Unregister the fixed buffers (the Buffer objects stay valid as plain memory).
+    fn unregister_buffers(&mut self) -> PyResult<()> {
+        let has_fixed = self.fixed.is_some();
+        let core = self.core()?;
+        if core.holding() > 0 && has_fixed {
+            return Err(PyValueError::new_err(
+                "cannot unregister buffers while ops are in flight; wait for them first",
+            ));
+        }
+        core.raw()
+            .submitter()
+            .unregister_buffers()
+            .map_err(|e| io_error(e, "unregister_buffers"))?;
+        self.fixed = None;
+        Ok(())
+    }
+
+    /// Create and register a provided-buffer ring of `count` buffers of `size` bytes as
+    /// buffer group `group_id` (kernel 5.19+). Use it with recv/read `buffer_ring=`.
+    fn buffer_ring(
+        &mut self,
+        py: Python<'_>,
+        group_id: u16,
+        count: u16,
+        size: usize,
+    ) -> PyResult<Py<BufferRing>> {
+        if self.buf_rings.contains_key(&group_id) {
+            return Err(PyValueError::new_err(format!(
+                "buffer group {group_id} already exists on this ring"
+            )));
+        }
+        let br = BufRing::new(group_id, count, size)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let core = self.core()?;
+        br.register(core.raw())
+            .map_err(|e| {
+                match e.raw_os_error() {
+            Some(libc::EINVAL) => os_error(
+                libc::EINVAL,
+                "IORING_REGISTER_PBUF_RING failed (EINVAL): provided-buffer rings need Linux 5.19+",
+            ),
+            Some(libc::ENOMEM) => os_error(
+                libc::ENOMEM,
+                format!(
+                    "buffer_ring: the kernel could not pin the ring (ENOMEM); RLIMIT_MEMLOCK is {}",
+                    memlock_text()
+                ),
+            ),
+            _ => io_error(e, "buffer_ring"),
+        }
+            })?;
+        let obj = Py::new(
+            py,
+            BufferRing {
+                inner: Arc::new(Mutex::new(br)),
+                group_id,
+                size,
+                count,
+            },
+        )?;
+        self.buf_rings.insert(group_id, obj.clone_ref(py));
+        Ok(obj)
+    }
+
+    fn __repr__(&mut self) -> String {
+        match &mut self.core {
+            None => "Ring(closed)".to_string(),
+            Some(c) => format!(
+                "Ring(entries={}, cq_entries={}, in_flight={}, flags={:?})",
+                c.sq_entries(),
+                c.cq_entries(),
+                c.in_flight(),
+                self.cfg.flag_names()
+            ),
+        }
+    }
+}
+
+impl Ring {
+    fn vectored(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        offset: i64,
+        read: bool,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        let (bufs, iov) = iovecs(buffers, read)?;
+        let (p, n) = (iov.as_ptr(), iov.len() as u32);
+        let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
+        let first = iov.first().map(|v| v.iov_base as u64).unwrap_or(0);
+        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+        slot.owned = Owned::Iovecs(iov);
+        slot.io = IoInfo {
+            fd: raw_of(fd),
+            addr: first,
+            len: total,
+            offset: off,
+            buf_group: None,
+        };
+        let e = if read {
+            op::rw::readv(fd, p, n, off)
+        } else {
+            op::rw::writev(fd, p, n, off)
+        };
+        self.queue(e, slot, o)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fixed_rw(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        offset: i64,
+        nbytes: Option<usize>,
+        read: bool,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        self.fixed_buffer(buf)?;
+        let b = buf.get();
+        let len = io_len(b.pool.size, nbytes, "buf")?;
+        let ptr = b.ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::Obj(buf.clone().into_any().unbind()));
+        slot.io = IoInfo {
+            fd: raw_of(fd),
+            addr: ptr as u64,
+            len: len as u64,
+            offset: off,
+            buf_group: None,
+        };
+        let e = if read {
+            op::rw::read_fixed(fd, ptr, len, b.index, off)
+        } else {
+            op::rw::write_fixed(fd, ptr, len, b.index, off)
+        };
+        self.queue(e, slot, o)
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.core.is_some() {
+            Python::attach(|py| {
+                let _ = self.shutdown_ring(py);
+            });
+        }
+    }
+}
+
+fn raw_of(fd: FdArg) -> Option<i32> {
+    match fd {
+        FdArg::Raw(r) => Some(r),
+        FdArg::Fixed(_) => None,
+    }
+}
+
+fn check_seconds(s: f64) -> PyResult<()> {
+    if s.is_finite() && s >= 0.0 {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(format!(
+            "seconds must be a finite number >= 0 (got {s})"
+        )))
+    }
+}
+
+fn iovecs(
+    buffers: &Bound<'_, PyAny>,
+    writable: bool,
+) -> PyResult<(Vec<PyUntypedBuffer>, Box<[libc::iovec]>)> {
+    let mut bufs = Vec::new();
+    for (i, item) in buffers.try_iter()?.enumerate() {
+        let item = item?;
+        let what = format!("buffers[{i}]");
+        let b = if writable {
+            writable_buffer(&item, &what)?
+        } else {
+            read_only_buffer(&item, &what)?
+        };
+        bufs.push(b);
+    }
+    if bufs.is_empty() {
+        return Err(PyValueError::new_err("buffers must not be empty"));
+    }
+    if bufs.len() > 1024 {
+        return Err(PyValueError::new_err(format!(
+            "at most 1024 buffers per op (IOV_MAX); got {}",
+            bufs.len()
+        )));
+    }
+    let iov: Box<[libc::iovec]> = bufs
+        .iter()
+        .map(|b| libc::iovec {
+            iov_base: b.buf_ptr(),
+            iov_len: b.len_bytes(),
+        })
+        .collect();
+    Ok((bufs, iov))
+}
+
+fn msg_store(iov: Box<[libc::iovec]>, addr: Option<Box<SockAddr>>) -> Box<MsgStore> {
+    let mut m = Box::new(MsgStore {
+        // SAFETY: msghdr is plain old data; zero means no name, no control, no flags.
+        hdr: unsafe { std::mem::zeroed() },
+        iov,
+        addr,
+    });
+    m.hdr.msg_iov = m.iov.as_ptr() as *mut libc::iovec;
+    m.hdr.msg_iovlen = m.iov.len();
+    if let Some(a) = m.addr.as_mut() {
+        m.hdr.msg_name = &mut a.storage as *mut _ as *mut libc::c_void;
+        m.hdr.msg_namelen = a.len;
+    }
+    m
+}
+
+fn register_error(e: std::io::Error, what: &str, n: u32) -> PyErr {
+    match e.raw_os_error() {
+        Some(libc::EMFILE) => os_error(
+            libc::EMFILE,
+            format!("{what}: {n} slots exceed RLIMIT_NOFILE; raise `ulimit -n`"),
+        ),
+        Some(libc::EBUSY) => os_error(
+            libc::EBUSY,
+            format!("{what}: a file table is already registered; unregister_files() first"),
+        ),
+        Some(libc::EBADF) => os_error(
+            libc::EBADF,
+            format!("{what}: one of the fds is not open (EBADF)"),
+        ),
+        _ => io_error(e, what),
+    }
+}
+
+/// Table of every opcode uringkit knows: (name, code, first kernel).
+#[pyfunction]
+pub fn op_table() -> Vec<(&'static str, u8, &'static str)> {
+    OPS.iter().map(|o| (o.name, o.code, o.since)).collect()
+}
