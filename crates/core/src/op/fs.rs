@@ -4,7 +4,8 @@ use super::{FdArg, KStatx};
 use crate::with_fd;
 use io_uring::{opcode, squeue::Entry, types};
 
-/// `slot`: install the new fd directly into the fixed file table at this index.
+/// `slot`: install the new fd directly into the fixed file table at this index. A fixed
+/// file has no close-on-exec flag: O_CLOEXEC (which the kernel rejects there) is dropped.
 pub fn openat(
     dirfd: i32,
     path: *const libc::c_char,
@@ -12,6 +13,11 @@ pub fn openat(
     mode: u32,
     slot: Option<u32>,
 ) -> Entry {
+    let flags = if slot.is_some() {
+        flags & !libc::O_CLOEXEC
+    } else {
+        flags
+    };
     let mut o = opcode::OpenAt::new(types::Fd(dirfd), path)
         .flags(flags)
         .mode(mode);

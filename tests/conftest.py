@@ -1,0 +1,95 @@
+"""Shared fixtures: real rings, real files, real sockets. Nothing is mocked.
+
+A feature the running kernel lacks is skipped with the probe's reason (`need_ops`), never
+failed; `test_skips.py` lists what this kernel lacks so a CI log shows it at a glance.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from uringkit import Ring
+
+
+def _probe() -> frozenset[str] | None:
+    try:
+        return Ring.probe()
+    except OSError:
+        return None
+
+
+PROBED = _probe()
+
+
+def need_ops(*ops: str) -> None:
+    """Skip the calling test unless io_uring works and supports every op in `ops`."""
+    if PROBED is None:
+        pytest.skip("io_uring is unavailable here (io_uring_setup failed)")
+    missing = [o for o in ops if o not in PROBED]
+    if missing:
+        pytest.skip(f"kernel lacks {', '.join(missing)} (IORING_REGISTER_PROBE)")
+
+
+@pytest.fixture
+def ring() -> Iterator[Ring]:
+    need_ops("nop")
+    r = Ring(64)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[Path, bytes]:
+    data = os.urandom(64 * 1024)
+    p = tmp_path / "data.bin"
+    p.write_bytes(data)
+    return p, data
+
+
+@pytest.fixture
+def rfd(data_file: tuple[Path, bytes]) -> Iterator[int]:
+    fd = os.open(data_file[0], os.O_RDONLY)
+    yield fd
+    os.close(fd)
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    a = socket.create_connection(srv.getsockname())
+    b, _ = srv.accept()
+    srv.close()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def wait_all(ring: Ring, n: int, timeout: float = 5.0) -> list:  # type: ignore[type-arg]
+    """Collect exactly n completions (or fail after `timeout`)."""
+    out: list = []  # type: ignore[type-arg]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"only {len(out)} of {n} completions arrived: {out}"
+        out.extend(ring.wait(n - len(out), timeout=left))
+    return out

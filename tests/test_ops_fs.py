@@ -1,0 +1,105 @@
+"""openat / close / statx / splice / tee."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from conftest import need_ops, wait_all
+from uringkit import Ring
+
+
+def test_openat_and_close(ring: Ring, data_file: tuple[Path, bytes]) -> None:
+    need_ops("openat", "close", "read")
+    ring.openat(data_file[0], os.O_RDONLY)
+    (c,) = ring.wait(1)
+    fd = c.raise_for_error()
+    assert fd > 2
+    assert os.pread(fd, 4, 0) == data_file[1][:4]
+    ring.close(fd, user_data=5)
+    (c,) = ring.wait(1)
+    assert c.user_data == 5 and c.res == 0 and c.op == "close"
+    try:
+        os.fstat(fd)
+        raise AssertionError("fd still open")
+    except OSError:
+        pass
+
+
+def test_openat_creates_with_mode(ring: Ring, tmp_path: Path) -> None:
+    need_ops("openat")
+    p = tmp_path / "new"
+    ring.openat(str(p).encode(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = ring.wait(1)[0].raise_for_error()
+    os.close(fd)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600 & ~_umask()
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_openat_missing_file(ring: Ring, tmp_path: Path) -> None:
+    need_ops("openat")
+    ring.openat(tmp_path / "absent")
+    (c,) = ring.wait(1)
+    assert c.errno == 2
+    try:
+        c.raise_for_error()
+        raise AssertionError
+    except FileNotFoundError as e:
+        assert "openat" in str(e)
+
+
+def test_openat_dir_fd(ring: Ring, data_file: tuple[Path, bytes]) -> None:
+    need_ops("openat")
+    d = os.open(data_file[0].parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        ring.openat(data_file[0].name, dir_fd=d)
+        fd = ring.wait(1)[0].raise_for_error()
+        os.close(fd)
+    finally:
+        os.close(d)
+
+
+def test_statx_path_and_fd(ring: Ring, data_file: tuple[Path, bytes], rfd: int) -> None:
+    need_ops("statx")
+    ring.statx(data_file[0], user_data=1)
+    ring.statx("", dir_fd=rfd, flags=0x1000, user_data=2)  # AT_EMPTY_PATH
+    res = {c.user_data: c for c in wait_all(ring, 2)}
+    st = os.stat(data_file[0])
+    for c in res.values():
+        c.raise_for_error()
+        r = c.result
+        assert r["st_size"] == st.st_size == len(data_file[1])
+        assert r["st_ino"] == st.st_ino
+        assert r["st_mode"] == st.st_mode
+        assert r["st_dev"] == st.st_dev
+        assert r["st_mtime_ns"] == st.st_mtime_ns
+
+
+def test_splice_file_to_pipe(ring: Ring, rfd: int, data_file: tuple[Path, bytes],
+                             pipe: tuple[int, int]) -> None:
+    need_ops("splice")
+    r, w = pipe
+    ring.splice(rfd, 0, w, -1, 1000)
+    assert ring.wait(1)[0].res == 1000
+    assert os.read(r, 2000) == data_file[1][:1000]
+
+
+def test_tee_duplicates_pipe(ring: Ring) -> None:
+    need_ops("tee")
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    try:
+        os.write(w1, b"duplicated")
+        ring.tee(r1, w2, 100)
+        assert ring.wait(1)[0].res == 10
+        assert os.read(r2, 100) == b"duplicated"
+        assert os.read(r1, 100) == b"duplicated"  # tee does not consume
+    finally:
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)

@@ -1,0 +1,165 @@
+"""Sockets over loopback: socket, connect, accept (+multishot), send/recv, send_zc,
+sendmsg/recvmsg, shutdown."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from conftest import need_ops, wait_all
+from uringkit import Ring
+
+
+def test_socket_connect_accept(ring: Ring) -> None:
+    need_ops("socket", "connect", "accept")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+    try:
+        ring.socket(socket.AF_INET, socket.SOCK_STREAM, user_data=1)
+        cfd = ring.wait(1)[0].raise_for_error()
+        ring.accept(srv, user_data=2)
+        ring.connect(cfd, ("127.0.0.1", port), user_data=3)
+        got = {c.user_data: c for c in wait_all(ring, 2)}
+        assert got[3].res == 0
+        afd = got[2].raise_for_error()
+        host, peer_port = got[2].result
+        assert host == "127.0.0.1"
+        assert peer_port == socket.socket(fileno=os.dup(cfd)).getsockname()[1]
+        os.close(afd)
+        os.close(cfd)
+    finally:
+        srv.close()
+
+
+def test_connect_refused(ring: Ring) -> None:
+    need_ops("connect")
+    s = socket.socket()
+    tmp = socket.socket()
+    tmp.bind(("127.0.0.1", 0))
+    port = tmp.getsockname()[1]
+    tmp.close()
+    ring.connect(s, ("127.0.0.1", port))
+    (c,) = ring.wait(1, timeout=5)
+    with pytest.raises(ConnectionRefusedError):
+        c.raise_for_error()
+    s.close()
+
+
+def test_bad_address(ring: Ring) -> None:
+    with pytest.raises(ValueError, match="numeric"):
+        ring.connect(0, ("example.invalid", 80))
+    with pytest.raises(TypeError, match="address"):
+        ring.connect(0, 42)  # type: ignore[arg-type]
+
+
+def test_multishot_accept(ring: Ring) -> None:
+    need_ops("accept")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    clients = []
+    try:
+        ring.accept(srv, multishot=True, user_data=9)
+        ring.submit()
+        for _ in range(3):
+            clients.append(socket.create_connection(srv.getsockname()))
+        done = wait_all(ring, 3)
+        assert all(c.user_data == 9 and c.more and c.res > 0 for c in done)
+        for c in done:
+            os.close(c.res)
+        assert ring.in_flight == 1  # still armed
+        ring.cancel(9, user_data=10)
+        rest = wait_all(ring, 2)
+        final = [c for c in rest if c.user_data == 9]
+        assert final and not final[0].more and final[0].errno in (125,)  # ECANCELED
+        assert ring.in_flight == 0
+    finally:
+        srv.close()
+        for c in clients:
+            c.close()
+
+
+def test_send_recv(ring: Ring, tcp_pair: tuple[socket.socket, socket.socket]) -> None:
+    need_ops("send", "recv")
+    a, b = tcp_pair
+    ring.send(a, b"ping" * 100, user_data=1)
+    buf = bytearray(4096)
+    ring.recv(b, buf, user_data=2)
+    got = {c.user_data: c.res for c in wait_all(ring, 2)}
+    assert got[1] == 400
+    n = got[2]
+    data = bytes(buf[:n])
+    while len(data) < 400:
+        data += b.recv(4096)
+    assert data == b"ping" * 100
+
+
+def test_send_zc_notification(ring: Ring, tcp_pair: tuple[socket.socket, socket.socket]) -> None:
+    need_ops("send_zc")
+    a, b = tcp_pair
+    payload = bytearray(os.urandom(64 * 1024))
+    ring.send_zc(a, payload, user_data=7)
+    del payload  # the ring keeps it alive until the notification
+    done = []
+    got = b""
+    while len(done) < 2:
+        done += ring.wait(1, timeout=5)
+        try:
+            got += b.recv(1 << 20, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+    first, notif = done
+    assert first.user_data == notif.user_data == 7
+    assert first.more and first.res > 0 and not first.notif
+    assert notif.notif and not notif.more
+    assert notif.buffer is not None  # handed back only with the last completion
+    while len(got) < first.res:
+        got += b.recv(1 << 20)
+    assert got == bytes(notif.buffer)[: first.res]
+    assert ring.in_flight == 0
+
+
+def test_sendmsg_recvmsg_udp(ring: Ring) -> None:
+    need_ops("sendmsg", "recvmsg")
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
+    try:
+        ring.sendmsg(tx, [b"hello ", b"udp"], rx.getsockname(), user_data=1)
+        assert ring.wait(1)[0].res == 9
+        h, t = bytearray(3), bytearray(10)
+        ring.recvmsg(rx, [h, t], user_data=2)
+        (c,) = ring.wait(1, timeout=5)
+        assert c.res == 9 and bytes(h) == b"hel" and bytes(t[:6]) == b"lo udp"
+        assert c.result == tx.getsockname()
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_shutdown(ring: Ring, tcp_pair: tuple[socket.socket, socket.socket]) -> None:
+    need_ops("shutdown")
+    a, b = tcp_pair
+    ring.shutdown(a, socket.SHUT_WR)
+    assert ring.wait(1)[0].res == 0
+    assert b.recv(10) == b""  # EOF
+
+
+def test_unix_socket_connect(ring: Ring, tmp_path: os.PathLike[str]) -> None:
+    need_ops("connect")
+    path = os.path.join(str(tmp_path), "s.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(1)
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        ring.connect(c, path)
+        assert ring.wait(1)[0].res == 0
+    finally:
+        c.close()
+        srv.close()

@@ -1,0 +1,147 @@
+"""read / write / readv / writev / fsync / fallocate against real files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import need_ops, wait_all
+from uringkit import Ring
+
+
+def test_read_at_offset(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
+    need_ops("read")
+    data = data_file[1]
+    buf = bytearray(4096)
+    ring.read(rfd, buf, 8192, user_data=1)
+    (c,) = ring.wait(1)
+    assert c.res == 4096 and c.user_data == 1 and c.op == "read"
+    assert bytes(buf) == data[8192 : 8192 + 4096]
+    assert c.buffer is buf
+
+
+def test_read_nbytes_and_memoryview(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
+    need_ops("read")
+    buf = bytearray(100)
+    ring.read(rfd, memoryview(buf)[10:], 0, nbytes=50)
+    (c,) = ring.wait(1)
+    assert c.res == 50
+    assert bytes(buf[10:60]) == data_file[1][:50]
+    assert bytes(buf[:10]) == bytes(10) and bytes(buf[60:]) == bytes(40)
+
+
+def test_read_current_position(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
+    need_ops("read")
+    os.lseek(rfd, 100, os.SEEK_SET)
+    buf = bytearray(10)
+    ring.read(rfd, buf)  # offset -1: the file position, which advances
+    ring.wait(1)[0].raise_for_error()
+    assert bytes(buf) == data_file[1][100:110]
+    assert os.lseek(rfd, 0, os.SEEK_CUR) == 110
+
+
+def test_short_read_at_eof(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
+    need_ops("read")
+    n = len(data_file[1])
+    buf = bytearray(4096)
+    ring.read(rfd, buf, n - 100)
+    ring.read(rfd, bytearray(10), n + 10, user_data=2)
+    got = {c.user_data: c.res for c in wait_all(ring, 2)}
+    assert got == {0: 100, 2: 0}
+
+
+def test_write_then_read_back(ring: Ring, tmp_path: Path) -> None:
+    need_ops("write", "read")
+    fd = os.open(tmp_path / "w", os.O_RDWR | os.O_CREAT)
+    try:
+        ring.write(fd, b"hello ", 0, user_data=1)
+        ring.write(fd, bytearray(b"world"), 6, user_data=2)
+        assert sorted(c.res for c in wait_all(ring, 2)) == [5, 6]
+        assert os.pread(fd, 100, 0) == b"hello world"
+        ring.write(fd, b"XXXXXXX", 0, nbytes=3)
+        assert ring.wait(1)[0].res == 3
+        assert os.pread(fd, 100, 0) == b"XXXlo world"
+    finally:
+        os.close(fd)
+
+
+def test_readv_writev(ring: Ring, tmp_path: Path) -> None:
+    need_ops("readv", "writev")
+    fd = os.open(tmp_path / "v", os.O_RDWR | os.O_CREAT)
+    try:
+        ring.writev(fd, [b"abc", bytearray(b"defg"), memoryview(b"hij")], 0)
+        assert ring.wait(1)[0].res == 10
+        a, b = bytearray(4), bytearray(6)
+        ring.readv(fd, [a, b], 0)
+        (c,) = ring.wait(1)
+        assert c.res == 10 and bytes(a) == b"abcd" and bytes(b) == b"efghij"
+        assert c.buffer == [a, b]
+    finally:
+        os.close(fd)
+
+
+def test_fsync_and_fdatasync(ring: Ring, tmp_path: Path) -> None:
+    need_ops("fsync", "write")
+    fd = os.open(tmp_path / "s", os.O_RDWR | os.O_CREAT)
+    try:
+        ring.write(fd, b"x" * 4096, 0, link=True, user_data=1)
+        ring.fsync(fd, datasync=True, user_data=2)
+        ring.fsync(fd, user_data=3)
+        got = {c.user_data: c.res for c in wait_all(ring, 3)}
+        assert got == {1: 4096, 2: 0, 3: 0}
+    finally:
+        os.close(fd)
+
+
+def test_fallocate(ring: Ring, tmp_path: Path) -> None:
+    need_ops("fallocate")
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        ring.fallocate(fd, 1 << 20)
+        ring.wait(1)[0].raise_for_error()
+        assert os.fstat(fd).st_size == 1 << 20
+        ring.fallocate(fd, 4096, 1 << 20, mode=1)  # FALLOC_FL_KEEP_SIZE
+        ring.wait(1)[0].raise_for_error()
+        assert os.fstat(fd).st_size == 1 << 20
+    finally:
+        os.close(fd)
+
+
+def test_read_needs_writable_buffer(ring: Ring, rfd: int) -> None:
+    with pytest.raises(TypeError, match="writable"):
+        ring.read(rfd, b"immutable", 0)
+    with pytest.raises(TypeError, match="buffer protocol"):
+        ring.read(rfd, "text", 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="nbytes=20 is larger"):
+        ring.read(rfd, bytearray(10), 0, nbytes=20)
+    with pytest.raises(ValueError, match="offset"):
+        ring.read(rfd, bytearray(10), -5)
+    with pytest.raises(ValueError, match="buf"):
+        ring.read(rfd)
+    with pytest.raises(ValueError, match="non-negative"):
+        ring.read(-3, bytearray(1))
+    with pytest.raises(TypeError, match="file descriptor"):
+        ring.read("nope", bytearray(1))  # type: ignore[arg-type]
+    assert ring.in_flight == 0  # nothing half-queued
+
+
+def test_fd_accepts_fileno_objects(ring: Ring, data_file: tuple[Path, bytes]) -> None:
+    need_ops("read")
+    with open(data_file[0], "rb") as f:
+        buf = bytearray(8)
+        ring.read(f, buf, 0)
+        assert ring.wait(1)[0].res == 8
+        assert bytes(buf) == data_file[1][:8]
+
+
+def test_big_batch_of_reads(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
+    need_ops("read")
+    bufs = [bytearray(512) for _ in range(128)]  # more than the 64-entry SQ
+    for i, b in enumerate(bufs):
+        ring.read(rfd, b, i * 512, user_data=i)
+    done = wait_all(ring, 128)
+    assert sorted(c.user_data for c in done) == list(range(128))
+    assert all(c.res == 512 for c in done)
+    assert b"".join(bufs) == data_file[1][: 128 * 512]
