@@ -68,6 +68,8 @@ pub struct Ring {
     buf_rings: HashMap<u16, Py<BufferRing>>,
     files: Option<u32>,
     leaked: bool,
+    /// Completions reaped by a wait() that a signal interrupted, handed out next time.
+    leftover: Vec<Completion>,
 }
 
 impl Ring {
@@ -318,6 +320,7 @@ impl Ring {
             buf_rings: HashMap::new(),
             files: None,
             leaked: false,
+            leftover: Vec::new(),
         })
     }
 
@@ -458,6 +461,8 @@ impl Ring {
         }
         let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
         let mut out: Vec<Done<Keep>> = Vec::new();
+        let early = std::mem::take(&mut self.leftover);
+        let min_complete = min_complete.saturating_sub(early.len());
         let core = self.core()?;
         core.submit()
             .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
@@ -490,25 +495,36 @@ impl Ring {
                 WaitOutcome::TimedOut => break,
                 WaitOutcome::Interrupted => {
                     if let Err(e) = py.check_signals() {
-                        // Hand the completions we already took back through the error path:
-                        // their memory is released normally when `out` drops.
+                        // Completions already taken off the ring are not lost: the next
+                        // wait()/completions() returns them first.
+                        let got = self.convert_all(py, out)?;
+                        self.leftover.extend(got);
                         return Err(e);
                     }
                 }
             }
         }
-        self.convert_all(py, out)
+        let mut all = early;
+        all.extend(self.convert_all(py, out)?);
+        Ok(all)
     }
 
     /// Reap every ready completion without blocking (runs deferred task work when the ring
     /// uses DEFER_TASKRUN or COOP_TASKRUN says some is pending).
     #[pyo3(signature = (max=None))]
     fn completions(&mut self, py: Python<'_>, max: Option<usize>) -> PyResult<Vec<Completion>> {
+        let max = max.unwrap_or(usize::MAX);
+        let mut all = std::mem::take(&mut self.leftover);
+        if all.len() > max {
+            self.leftover = all.split_off(max);
+            return Ok(all);
+        }
         let mut out = Vec::new();
         self.core()?
-            .reap(&mut out, max.unwrap_or(usize::MAX))
+            .reap(&mut out, max - all.len())
             .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
-        self.convert_all(py, out)
+        all.extend(self.convert_all(py, out)?);
+        Ok(all)
     }
 
     // ----- ops -------------------------------------------------------------------------
@@ -958,10 +974,10 @@ impl Ring {
             );
         }
         let mut sa = Box::<SockAddr>::default();
-        let p = &mut *sa as *mut SockAddr;
+        let e = op::net::accept(fd, Some(&mut sa), flags);
         let mut slot = Slot::new(user_data, 0, Keep::None);
         slot.owned = Owned::Addr(sa);
-        self.queue(op::net::accept(fd, p, flags), slot, o)
+        self.queue(e, slot, o)
     }
 
     /// Queue connect to `address`: (host, port), (host, port, flowinfo, scope_id), or an
@@ -982,14 +998,10 @@ impl Ring {
     ) -> PyResult<()> {
         let fd = fd_arg(fd, "fd")?;
         let sa = Box::new(sockaddr_arg(address)?);
-        let p = &*sa as *const SockAddr;
+        let e = op::net::connect(fd, &sa);
         let mut slot = Slot::new(user_data, 0, Keep::None);
         slot.owned = Owned::Addr(sa);
-        self.queue(
-            op::net::connect(fd, p),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
     }
 
     /// Queue recv into `buf`, or into a provided buffer with `buffer_ring=`.

@@ -61,5 +61,22 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_io_uring, m)?)?;
     m.add_function(wrap_pyfunction!(block_syscalls, m)?)?;
     m.add_function(wrap_pyfunction!(dio_alignment, m)?)?;
+    m.add_function(wrap_pyfunction!(libaio_check, m)?)?;
     Ok(())
+}
+
+/// Whether Linux native AIO works here: 0 when io_setup/io_destroy succeed, else the errno.
+#[pyfunction]
+fn libaio_check() -> i32 {
+    let mut ctx: libc::c_ulong = 0;
+    // SAFETY: io_setup writes an aio_context_t into `ctx`, which we own.
+    let rc = unsafe { libc::syscall(libc::SYS_io_setup, 1 as libc::c_long, &mut ctx) };
+    if rc != 0 {
+        return std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+    }
+    // SAFETY: ctx is the context io_setup just created.
+    unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
+    0
 }

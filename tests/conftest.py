@@ -6,6 +6,7 @@ failed; `test_skips.py` lists what this kernel lacks so a CI log shows it at a g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Iterator
@@ -63,10 +64,8 @@ def pipe() -> Iterator[tuple[int, int]]:
     r, w = os.pipe()
     yield r, w
     for fd in (r, w):
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_read_with_buffer_select(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
@@ -69,9 +70,8 @@ def test_buffer_ring_validation(ring: Ring) -> None:
         br.recycle(9)
     with pytest.raises(ValueError, match="multishot recv needs buffer_ring"):
         ring.recv(0, bytearray(4), multishot=True)
-    with Ring(4) as other:
-        with pytest.raises(ValueError, match="not created by this Ring"):
-            ring.recv(0, buffer_ring=other.buffer_ring(2, 1, 8))
+    with Ring(4) as other, pytest.raises(ValueError, match="not created by this Ring"):
+        ring.recv(0, buffer_ring=other.buffer_ring(2, 1, 8))
 
 
 def test_view_of_failed_completion(ring: Ring) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_ops
 from uringkit import Ring, aligned_buffer
+
+from conftest import need_ops
 
 
 def test_closed_fd_is_ebadf_on_completion(ring: Ring, tmp_path: Path) -> None:
@@ -120,7 +121,9 @@ def test_blocked_io_uring_is_explained(err: str) -> None:
 
     out = subprocess.run(
         [sys.executable, "-c", CHILD_BLOCKED.format(err=err)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)

@@ -6,8 +6,9 @@ import os
 import threading
 import time
 
-from conftest import need_ops
 from uringkit import Ring
+
+from conftest import need_ops
 
 
 def test_wait_releases_gil(pipe: tuple[int, int]) -> None:

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_dropped_bytearray_survives(ring: Ring, pipe: tuple[int, int]) -> None:

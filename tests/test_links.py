@@ -7,8 +7,9 @@ import errno
 import os
 from pathlib import Path
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_link_failure_cancels_rest(ring: Ring, tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ import os
 import stat
 from pathlib import Path
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_openat_and_close(ring: Ring, data_file: tuple[Path, bytes]) -> None:
@@ -81,8 +82,9 @@ def test_statx_path_and_fd(ring: Ring, data_file: tuple[Path, bytes], rfd: int) 
         assert r["st_mtime_ns"] == st.st_mtime_ns
 
 
-def test_splice_file_to_pipe(ring: Ring, rfd: int, data_file: tuple[Path, bytes],
-                             pipe: tuple[int, int]) -> None:
+def test_splice_file_to_pipe(
+    ring: Ring, rfd: int, data_file: tuple[Path, bytes], pipe: tuple[int, int]
+) -> None:
     need_ops("splice")
     r, w = pipe
     ring.splice(rfd, 0, w, -1, 1000)

@@ -3,13 +3,15 @@ sendmsg/recvmsg, shutdown."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 
 import pytest
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_socket_connect_accept(ring: Ring) -> None:
@@ -108,10 +110,8 @@ def test_send_zc_notification(ring: Ring, tcp_pair: tuple[socket.socket, socket.
     got = b""
     while len(done) < 2:
         done += ring.wait(1, timeout=5)
-        try:
+        with contextlib.suppress(BlockingIOError):
             got += b.recv(1 << 20, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            pass
     first, notif = done
     assert first.user_data == notif.user_data == 7
     assert first.more and first.res > 0 and not first.notif

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_read_at_offset(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:

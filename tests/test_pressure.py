@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import time
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_sq_full_submits_and_continues() -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_ops, wait_all
 from uringkit import Buffer, Fixed, Ring
+
+from conftest import need_ops
 
 
 def test_fixed_file_read(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
@@ -132,8 +133,14 @@ def test_memlock_limit_explained() -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     if soft == resource.RLIM_INFINITY or soft >= 16 << 20:
         pytest.skip(f"RLIMIT_MEMLOCK is {soft}: 16 MiB of buffers would fit")
-    cmd = [setpriv, "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock",
-           sys.executable, "-c", MEMLOCK_CHILD]
+    cmd = [
+        setpriv,
+        "--bounding-set=-ipc_lock",
+        "--inh-caps=-ipc_lock",
+        sys.executable,
+        "-c",
+        MEMLOCK_CHILD,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     msg = out.stdout

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import need_ops
 from uringkit import Ring
+
+from conftest import need_ops
 
 
 def test_defaults_and_sizes() -> None:

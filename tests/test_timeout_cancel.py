@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from conftest import need_ops, wait_all
 from uringkit import Ring
+
+from conftest import need_ops, wait_all
 
 
 def test_timeout_fires(ring: Ring) -> None:

@@ -275,19 +275,19 @@ pub fn explain_einval(op_name: &str, info: &IoInfo) -> Option<String> {
         _ => (512, 512),
     };
     let mut bad = Vec::new();
-    if info.addr % mem_align != 0 {
+    if !info.addr.is_multiple_of(mem_align) {
         bad.push(format!(
             "buffer address {:#x} is not a multiple of {mem_align}",
             info.addr
         ));
     }
-    if info.len % off_align != 0 {
+    if !info.len.is_multiple_of(off_align) {
         bad.push(format!(
             "length {} is not a multiple of {off_align}",
             info.len
         ));
     }
-    if info.offset != u64::MAX && info.offset % off_align != 0 {
+    if info.offset != u64::MAX && !info.offset.is_multiple_of(off_align) {
         bad.push(format!(
             "offset {} is not a multiple of {off_align}",
             info.offset

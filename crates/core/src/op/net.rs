@@ -13,29 +13,21 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, slot: Option<u32>) -> Entry {
     o.build()
 }
 
-pub fn connect(fd: FdArg, addr: *const SockAddr) -> Entry {
-    // SAFETY (caller): addr points into the slot's Owned::Addr box, alive until completion.
-    let (p, len) = unsafe {
-        (
-            &(*addr).storage as *const _ as *const libc::sockaddr,
-            (*addr).len,
-        )
-    };
+/// The entry points into `addr`: keep it alive (the slot's `Owned::Addr`) until completion.
+pub fn connect(fd: FdArg, addr: &SockAddr) -> Entry {
+    let (p, len) = (&addr.storage as *const _ as *const libc::sockaddr, addr.len);
     with_fd!(fd, |t| opcode::Connect::new(t, p, len).build())
 }
 
-/// `addr`: where to store the peer's address (null for none).
-pub fn accept(fd: FdArg, addr: *mut SockAddr, flags: i32) -> Entry {
-    let (p, lp) = if addr.is_null() {
-        (std::ptr::null_mut(), std::ptr::null_mut())
-    } else {
-        // SAFETY (caller): addr points into the slot's Owned::Addr box, alive until completion.
-        unsafe {
-            (
-                &mut (*addr).storage as *mut _ as *mut libc::sockaddr,
-                &mut (*addr).len as *mut libc::socklen_t,
-            )
-        }
+/// `addr`: where the kernel stores the peer's address (None for nowhere); keep it alive
+/// (the slot's `Owned::Addr`) until completion.
+pub fn accept(fd: FdArg, addr: Option<&mut SockAddr>, flags: i32) -> Entry {
+    let (p, lp) = match addr {
+        None => (std::ptr::null_mut(), std::ptr::null_mut()),
+        Some(a) => (
+            &mut a.storage as *mut _ as *mut libc::sockaddr,
+            &mut a.len as *mut libc::socklen_t,
+        ),
     };
     with_fd!(fd, |t| opcode::Accept::new(t, p, lp).flags(flags).build())
 }

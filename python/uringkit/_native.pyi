@@ -1,0 +1,536 @@
+"""Type stubs for the native core (checked by ``python -m mypy.stubtest uringkit._native``)."""
+
+import os
+from collections.abc import Iterable
+from typing import Any, Protocol, Self, final
+
+from typing_extensions import Buffer as _BufferProtocol
+
+__version__: str
+__all__ = [
+    "AlignedBuffer",
+    "Buffer",
+    "BufferRing",
+    "BufferView",
+    "Completion",
+    "Fixed",
+    "Ring",
+    "__version__",
+    "block_io_uring",
+    "block_syscalls",
+    "dio_alignment",
+    "kernel_release",
+    "libaio_check",
+    "memlock_limit",
+    "op_table",
+    "seccomp_mode",
+]
+
+class _HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+_Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+_Address = tuple[str, int] | tuple[str, int, int, int] | str | bytes
+
+@final
+class Fixed:
+    """A registered file: index into the ring's fixed file table."""
+
+    def __new__(cls, index: int) -> Self: ...
+    @property
+    def index(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+_Fd = int | Fixed | _HasFileno
+
+@final
+class Completion:
+    @property
+    def user_data(self) -> int: ...
+    @property
+    def res(self) -> int: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def more(self) -> bool: ...
+    @property
+    def notif(self) -> bool: ...
+    @property
+    def sock_nonempty(self) -> bool: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def errno(self) -> int | None: ...
+    @property
+    def buffer_id(self) -> int | None: ...
+    @property
+    def buffer(self) -> Any: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def message(self) -> str | None: ...
+    def raise_for_error(self) -> int: ...
+
+@final
+class Buffer:
+    """A registered (fixed) buffer; supports the buffer protocol."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def address(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class AlignedBuffer:
+    """Page-aligned memory for O_DIRECT; supports the buffer protocol."""
+
+    def __new__(cls, size: int) -> Self: ...
+    @property
+    def address(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class BufferView:
+    """Zero-copy view of one provided buffer's data."""
+
+    @property
+    def buffer_id(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __bytes__(self) -> bytes: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class BufferRing:
+    """A provided-buffer ring (kernel 5.19+)."""
+
+    @property
+    def group_id(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def available(self) -> int: ...
+    def view(self, completion: Completion) -> BufferView: ...
+    def recycle(self, buffer_id: int) -> bool: ...
+
+@final
+class Ring:
+    def __new__(
+        cls,
+        entries: int = 256,
+        *,
+        sqpoll: bool = False,
+        sq_thread_idle_ms: int = 1000,
+        sq_thread_cpu: int | None = None,
+        iopoll: bool = False,
+        coop_taskrun: bool = False,
+        single_issuer: bool = False,
+        defer_taskrun: bool = False,
+        cq_entries: int | None = None,
+    ) -> Self: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *_args: object) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def fileno(self) -> int: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def cq_entries(self) -> int: ...
+    @property
+    def sq_space_left(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def cq_ready(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def submit_calls(self) -> int: ...
+    @property
+    def cq_overflow(self) -> int: ...
+    @property
+    def features(self) -> frozenset[str]: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @staticmethod
+    def probe() -> frozenset[str]: ...
+    def submit(self) -> int: ...
+    def wait(self, min_complete: int = 1, timeout: float | None = None) -> list[Completion]: ...
+    def completions(self, max: int | None = None) -> list[Completion]: ...
+    def nop(
+        self,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def read(
+        self,
+        fd: _Fd,
+        buf: _BufferProtocol | None = None,
+        offset: int = ...,
+        *,
+        nbytes: int | None = None,
+        buffer_ring: BufferRing | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def write(
+        self,
+        fd: _Fd,
+        data: _BufferProtocol,
+        offset: int = ...,
+        *,
+        nbytes: int | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def readv(
+        self,
+        fd: _Fd,
+        buffers: Iterable[_BufferProtocol],
+        offset: int = ...,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def writev(
+        self,
+        fd: _Fd,
+        buffers: Iterable[_BufferProtocol],
+        offset: int = ...,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def read_fixed(
+        self,
+        fd: _Fd,
+        buf: Buffer,
+        offset: int = ...,
+        *,
+        nbytes: int | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def write_fixed(
+        self,
+        fd: _Fd,
+        buf: Buffer,
+        offset: int = ...,
+        *,
+        nbytes: int | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def fsync(
+        self,
+        fd: _Fd,
+        *,
+        datasync: bool = False,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def fallocate(
+        self,
+        fd: _Fd,
+        length: int,
+        offset: int = 0,
+        *,
+        mode: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def openat(
+        self,
+        path: _Path,
+        flags: int = ...,
+        mode: int = 0o644,
+        *,
+        dir_fd: int = ...,
+        fixed_slot: int | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def close(
+        self,
+        fd: _Fd | None = None,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def statx(
+        self,
+        path: _Path,
+        *,
+        dir_fd: int = ...,
+        flags: int = 0,
+        mask: int = ...,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def splice(
+        self,
+        fd_in: _Fd,
+        off_in: int,
+        fd_out: _Fd,
+        off_out: int,
+        nbytes: int,
+        *,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def tee(
+        self,
+        fd_in: _Fd,
+        fd_out: _Fd,
+        nbytes: int,
+        *,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def accept(
+        self,
+        fd: _Fd,
+        *,
+        multishot: bool = False,
+        flags: int = ...,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def connect(
+        self,
+        fd: _Fd,
+        address: _Address,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def recv(
+        self,
+        fd: _Fd,
+        buf: _BufferProtocol | None = None,
+        *,
+        nbytes: int | None = None,
+        flags: int = 0,
+        multishot: bool = False,
+        buffer_ring: BufferRing | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def send(
+        self,
+        fd: _Fd,
+        data: _BufferProtocol,
+        *,
+        nbytes: int | None = None,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def send_zc(
+        self,
+        fd: _Fd,
+        data: _BufferProtocol,
+        *,
+        nbytes: int | None = None,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def sendmsg(
+        self,
+        fd: _Fd,
+        buffers: Iterable[_BufferProtocol],
+        address: _Address | None = None,
+        *,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def recvmsg(
+        self,
+        fd: _Fd,
+        buffers: Iterable[_BufferProtocol],
+        *,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def shutdown(
+        self,
+        fd: _Fd,
+        how: int,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def socket(
+        self,
+        domain: int,
+        type_: int,
+        protocol: int = 0,
+        *,
+        fixed_slot: int | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def timeout(
+        self,
+        seconds: float,
+        *,
+        count: int = 0,
+        absolute: bool = False,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def link_timeout(
+        self,
+        seconds: float,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def cancel(
+        self,
+        target: int | None = None,
+        *,
+        fd: _Fd | None = None,
+        all: bool = False,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def register_files(self, fds: list[int]) -> None: ...
+    def register_files_sparse(self, count: int) -> None: ...
+    def update_files(self, offset: int, fds: list[int]) -> int: ...
+    def unregister_files(self) -> None: ...
+    def register_buffers(self, count: int, size: int) -> list[Buffer]: ...
+    def unregister_buffers(self) -> None: ...
+    def buffer_ring(self, group_id: int, count: int, size: int) -> BufferRing: ...
+
+def op_table() -> list[tuple[str, int, str]]: ...
+def kernel_release() -> str: ...
+def memlock_limit() -> int | None: ...
+def seccomp_mode() -> int | None: ...
+def block_io_uring(errno: int = ...) -> None: ...
+def block_syscalls(numbers: list[int], errno: int = ...) -> None: ...
+def dio_alignment(fd: int) -> tuple[int, int] | None: ...
+def libaio_check() -> int: ...
