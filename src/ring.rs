@@ -24,6 +24,8 @@ pub enum Keep {
     Buf(PyUntypedBuffer),
     Bufs(Vec<PyUntypedBuffer>),
     Obj(Py<PyAny>),
+    /// One of the ops of a read_batch/write_batch call: (the shared buffer, batch id).
+    Batch(Arc<PyUntypedBuffer>, u64),
 }
 
 type CoreRing = uringkit_core::Ring<Keep>;
@@ -70,6 +72,7 @@ pub struct Ring {
     leaked: bool,
     /// Completions reaped by a wait() that a signal interrupted, handed out next time.
     leftover: Vec<Completion>,
+    batches: u64,
 }
 
 impl Ring {
@@ -134,6 +137,7 @@ impl Ring {
                     Some(PyList::new(py, objs)?.into_any().unbind())
                 }
                 Keep::Obj(o) => Some(o),
+                Keep::Batch(b, _) => b.obj(py).map(|o| o.clone().unbind()),
             };
             if d.res >= 0 {
                 result = match &slot.owned {
@@ -321,6 +325,7 @@ impl Ring {
             files: None,
             leaked: false,
             leftover: Vec::new(),
+            batches: 0,
         })
     }
 
@@ -1339,6 +1344,37 @@ impl Ring {
         }
     }
 
+    /// Read `len(offsets)` blocks of `size` bytes in one call: block i comes from file
+    /// offset `offsets[i]` into `buf[i*size:(i+1)*size]`. All reads are queued, submitted
+    /// together and waited for with the GIL released; returns each read's result in
+    /// order (bytes read, or -errno). If `buf` is a registered `Buffer`, read_fixed is
+    /// used. This is the MultiGet pattern: one round trip for many small reads.
+    #[pyo3(signature = (fd, buf, offsets, size))]
+    fn read_batch(
+        &mut self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, PyAny>,
+        offsets: Vec<i64>,
+        size: usize,
+    ) -> PyResult<Vec<i32>> {
+        self.batch(py, fd, buf, offsets, size, true)
+    }
+
+    /// Write `len(offsets)` blocks of `size` bytes from `buf` (block i to file offset
+    /// `offsets[i]`) in one call, GIL released while waiting; returns each result in order.
+    #[pyo3(signature = (fd, buf, offsets, size))]
+    fn write_batch(
+        &mut self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, PyAny>,
+        offsets: Vec<i64>,
+        size: usize,
+    ) -> PyResult<Vec<i32>> {
+        self.batch(py, fd, buf, offsets, size, false)
+    }
+
     // ----- registration ----------------------------------------------------------------
 
     /// Register `fds` as the fixed file table (use `Fixed(i)` in place of `fds[i]`);
@@ -1533,6 +1569,115 @@ impl Ring {
 }
 
 impl Ring {
+    #[allow(clippy::too_many_arguments)]
+    fn batch(
+        &mut self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, PyAny>,
+        offsets: Vec<i64>,
+        size: usize,
+        read: bool,
+    ) -> PyResult<Vec<i32>> {
+        let fd = fd_arg(fd, "fd")?;
+        let n = offsets.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let size32 =
+            u32::try_from(size).map_err(|_| PyValueError::new_err("size must be below 4 GiB"))?;
+        if size == 0 {
+            return Err(PyValueError::new_err("size must be at least 1 byte"));
+        }
+        let fixed_index = match buf.cast::<Buffer>() {
+            Ok(b) => {
+                self.fixed_buffer(b)?;
+                Some(b.get().index)
+            }
+            Err(_) => None,
+        };
+        let pb = if read {
+            writable_buffer(buf, "buf")?
+        } else {
+            read_only_buffer(buf, "buf")?
+        };
+        let need = n
+            .checked_mul(size)
+            .ok_or_else(|| PyValueError::new_err("len(offsets) * size overflows"))?;
+        if pb.len_bytes() < need {
+            return Err(PyValueError::new_err(format!(
+                "buf holds {} bytes but {n} blocks of {size} need {need}",
+                pb.len_bytes()
+            )));
+        }
+        let offs: Vec<u64> = offsets
+            .iter()
+            .map(|&o| offset_arg(o))
+            .collect::<PyResult<_>>()?;
+        let base = pb.buf_ptr() as *mut u8;
+        let shared = Arc::new(pb);
+        self.batches += 1;
+        let id = self.batches;
+        for (i, off) in offs.iter().enumerate() {
+            // SAFETY: i * size + size <= need <= the buffer's length (checked above).
+            let p = unsafe { base.add(i * size) };
+            let e = match (read, fixed_index) {
+                (true, None) => op::rw::read(fd, p, size32, *off),
+                (false, None) => op::rw::write(fd, p, size32, *off),
+                (true, Some(ix)) => op::rw::read_fixed(fd, p, size32, ix, *off),
+                (false, Some(ix)) => op::rw::write_fixed(fd, p, size32, ix, *off),
+            };
+            let mut slot = Slot::new(i as u64, 0, Keep::Batch(shared.clone(), id));
+            slot.io = IoInfo {
+                fd: raw_of(fd),
+                addr: p as u64,
+                len: size as u64,
+                offset: *off,
+                buf_group: None,
+            };
+            self.queue(e, slot, SqeOpts::default())?;
+        }
+        drop(shared);
+        let mut results = vec![i32::MIN; n];
+        let mut remaining = n;
+        let mut out: Vec<Done<Keep>> = Vec::with_capacity(n);
+        let mut others = Vec::new();
+        let core = self.core()?;
+        core.submit()
+            .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
+        while remaining > 0 {
+            out.clear();
+            core.reap(&mut out, usize::MAX)
+                .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
+            if out.is_empty() {
+                let c: &CoreRing = core;
+                let want = remaining.min(c.cq_entries() as usize);
+                // An EINTR just loops: the batch's buffer must not be handed back while
+                // the kernel uses it, and file I/O finishes promptly. Signals are checked
+                // once the batch is done.
+                py.detach(|| c.wait_cqes(want, None))
+                    .map_err(|e| io_error(e, "io_uring_enter (wait)"))?;
+                continue;
+            }
+            for d in out.drain(..) {
+                let mine =
+                    matches!(&d.slot, Some(Slot { keep: Keep::Batch(_, b), .. }) if *b == id);
+                if mine {
+                    results[d.user_data as usize] = d.res;
+                    remaining -= 1;
+                } else {
+                    others.push(d);
+                }
+            }
+        }
+        if !others.is_empty() {
+            let got = self.convert_all(py, others)?;
+            self.leftover.extend(got);
+        }
+        py.check_signals()?;
+        Ok(results)
+    }
+
     fn vectored(
         &mut self,
         fd: &Bound<'_, PyAny>,

@@ -146,3 +146,43 @@ def test_big_batch_of_reads(ring: Ring, rfd: int, data_file: tuple[Path, bytes])
     assert sorted(c.user_data for c in done) == list(range(128))
     assert all(c.res == 512 for c in done)
     assert b"".join(bufs) == data_file[1][: 128 * 512]
+
+
+def test_read_batch(ring: Ring, rfd: int, data_file: tuple[Path, bytes]) -> None:
+    need_ops("read")
+    data = data_file[1]
+    offs = [4096 * i for i in (3, 0, 7, 15)] + [len(data) - 100, len(data) + 4096]
+    buf = bytearray(512 * len(offs))
+    res = ring.read_batch(rfd, buf, offs, 512)
+    assert res == [512, 512, 512, 512, 100, 0]
+    for i, o in enumerate(offs[:4]):
+        assert buf[i * 512 : (i + 1) * 512] == data[o : o + 512]
+    assert ring.in_flight == 0
+
+
+def test_read_batch_fixed_buffer_and_others_kept(
+    ring: Ring, rfd: int, data_file: tuple[Path, bytes]
+) -> None:
+    need_ops("read_fixed", "nop")
+    (fb,) = ring.register_buffers(1, 8192)
+    ring.nop(user_data=99)  # an unrelated op in flight: its completion is not lost
+    assert ring.read_batch(rfd, fb, [0, 4096], 4096) == [4096, 4096]
+    assert bytes(memoryview(fb)) == data_file[1][:8192]
+    assert [c.user_data for c in ring.wait(1)] == [99]
+
+
+def test_write_batch(ring: Ring, tmp_path: Path) -> None:
+    need_ops("write")
+    fd = os.open(tmp_path / "wb", os.O_RDWR | os.O_CREAT)
+    try:
+        src = b"".join(bytes([i]) * 100 for i in range(4))
+        assert ring.write_batch(fd, src, [300, 0, 200, 100], 100) == [100] * 4
+        assert (
+            os.pread(fd, 400, 0)
+            == bytes([1]) * 100 + bytes([3]) * 100 + bytes([2]) * 100 + bytes([0]) * 100
+        )
+        with pytest.raises(ValueError, match="need 500"):
+            ring.write_batch(fd, src, [0] * 5, 100)
+        assert ring.write_batch(fd, src, [], 100) == []
+    finally:
+        os.close(fd)

@@ -1,0 +1,162 @@
+"""Ring overhead from Python, next to os.pread in the same run.
+
+    python benches/ring_overhead.py [--size 1g] [--ops 200000] [--dir .] [--json]
+
+Measures: NOP round trips one at a time and in batches of 64; 4 KiB reads of a
+page-cache-hot file at random offsets in batches of 64 (into preallocated buffers, and
+into registered buffers with read_fixed); os.pread and os.preadv loops on the same
+offsets. Prints microseconds per op and the ratio to os.pread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from uringkit import Ring
+
+BATCH = 64
+
+
+def parse_size(s: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    s = s.strip().lower()
+    return int(float(s[:-1]) * units[s[-1]]) if s[-1] in units else int(s)
+
+
+def best_of(fn: Callable[[], int], repeat: int = 5) -> float:
+    """Best µs per op over `repeat` runs (fn returns the number of ops it did)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        n = fn()
+        best = min(best, (time.perf_counter() - t) * 1e6 / n)
+    return best
+
+
+def make_file(directory: str, size: int) -> str:
+    fd, path = tempfile.mkstemp(prefix="uringkit-bench-", dir=directory)
+    chunk = os.urandom(1 << 20)
+    done = 0
+    while done < size:
+        done += os.write(fd, chunk[: min(len(chunk), size - done)])
+    os.close(fd)
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--size", default="1g", help="test file size (default 1g)")
+    ap.add_argument("--ops", type=int, default=200_000, help="ops per measurement")
+    ap.add_argument("--dir", default=".", help="where to put the test file")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    size = parse_size(a.size)
+    n = a.ops - a.ops % BATCH
+    path = make_file(a.dir, size)
+    res: dict[str, float] = {}
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        # warm the page cache
+        while os.read(fd, 1 << 22):
+            pass
+        rng = random.Random(1)
+        offs = [rng.randrange(size // 4096) * 4096 for _ in range(n)]
+        ring = Ring(256)
+        ring2 = Ring(256)
+
+        def nop_single() -> int:
+            for _ in range(n // 8):
+                ring.nop()
+                ring.wait(1)
+            return n // 8
+
+        def nop_batch() -> int:
+            for _ in range(n // BATCH):
+                for _ in range(BATCH):
+                    ring.nop()
+                ring.wait(BATCH)
+            return n
+
+        bufs = [bytearray(4096) for _ in range(BATCH)]
+
+        def ring_read() -> int:
+            for b in range(0, n, BATCH):
+                for j in range(BATCH):
+                    ring.read(fd, bufs[j], offs[b + j])
+                ring.wait(BATCH)
+            return n
+
+        fixed = ring.register_buffers(BATCH, 4096)
+
+        def ring_read_fixed() -> int:
+            for b in range(0, n, BATCH):
+                for j in range(BATCH):
+                    ring.read_fixed(fd, fixed[j], offs[b + j])
+                ring.wait(BATCH)
+            return n
+
+        big = bytearray(4096 * BATCH)
+
+        def ring_read_batch() -> int:
+            for b in range(0, n, BATCH):
+                ring.read_batch(fd, big, offs[b : b + BATCH], 4096)
+            return n
+
+        ring.register_files([fd])
+        (fixed_big,) = ring2.register_buffers(1, 4096 * BATCH)
+
+        def ring_read_batch_fixed() -> int:
+            for b in range(0, n, BATCH):
+                ring2.read_batch(fd, fixed_big, offs[b : b + BATCH], 4096)
+            return n
+
+        def pread() -> int:
+            p = os.pread
+            for o in offs:
+                p(fd, 4096, o)
+            return n
+
+        buf = bytearray(4096)
+
+        def preadv() -> int:
+            p = os.preadv
+            bl = [buf]
+            for o in offs:
+                p(fd, bl, o)
+            return n
+
+        res["nop_single_us"] = best_of(nop_single)
+        res["nop_batch64_us"] = best_of(nop_batch)
+        res["pread_us"] = best_of(pread)
+        res["preadv_us"] = best_of(preadv)
+        res["ring_read_batch64_us"] = best_of(ring_read)
+        res["ring_read_fixed_batch64_us"] = best_of(ring_read_fixed)
+        res["read_batch64_us"] = best_of(ring_read_batch)
+        res["read_batch64_fixedbuf_us"] = best_of(ring_read_batch_fixed)
+        ring.close()
+        ring2.close()
+        os.close(fd)
+    finally:
+        os.unlink(path)
+    if a.json:
+        json.dump(res, sys.stdout, indent=2)
+        print()
+        return 0
+    base = res["pread_us"]
+    print(f"{'measurement':34} {'µs/op':>8} {'vs os.pread':>12}")
+    for k, v in res.items():
+        print(f"{k:34} {v:8.3f} {base / v:11.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
