@@ -13,3 +13,5 @@ pub mod sys;
 
 pub use op::FdArg;
 pub use ring::{Done, Ring, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};
+pub mod bench;
+pub mod engine;
