@@ -1,6 +1,7 @@
 //! `uringkit._native`: PyO3 glue over `uringkit-core`. Conversions, errors and the buffer
 //! protocol live here; everything that talks to the kernel lives in the core crate.
 
+mod bench;
 mod buffers;
 mod completion;
 mod convert;
@@ -19,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::BufferRing>()?;
     m.add_class::<buffers::BufferView>()?;
     m.add_function(wrap_pyfunction!(ring::op_table, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::run_job, m)?)?;
     sys::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1431,6 +1431,36 @@ impl Ring {
             .map_err(|e| register_error(e, "update_files", n))
     }
 
+    /// Have the kernel signal `fd` (an eventfd) whenever a completion is posted: the way an
+    /// event loop learns that `completions()` has work (`loop.add_reader(fd, ...)`).
+    /// `async_only=True` signals only for ops that did not complete inline.
+    #[pyo3(signature = (fd, *, async_only=false))]
+    fn register_eventfd(&mut self, fd: i32, async_only: bool) -> PyResult<()> {
+        let core = self.core()?;
+        let sub = core.raw().submitter();
+        let r = if async_only {
+            sub.register_eventfd_async(fd)
+        } else {
+            sub.register_eventfd(fd)
+        };
+        r.map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => os_error(
+                libc::EBUSY,
+                "register_eventfd: an eventfd is already registered; unregister_eventfd() first",
+            ),
+            _ => io_error(e, "register_eventfd"),
+        })
+    }
+
+    /// Stop signalling the registered eventfd.
+    fn unregister_eventfd(&mut self) -> PyResult<()> {
+        let core = self.core()?;
+        core.raw()
+            .submitter()
+            .unregister_eventfd()
+            .map_err(|e| io_error(e, "unregister_eventfd"))
+    }
+
     /// Drop the fixed file table.
     fn unregister_files(&mut self) -> PyResult<()> {
         let core = self.core()?;

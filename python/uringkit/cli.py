@@ -12,12 +12,20 @@ def _doctor(args: argparse.Namespace) -> int:
     return doctor.main(args.dir, args.json)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="uringkit",
         description="All of Linux asynchronous I/O for Python: io_uring, libaio, POSIX AIO, "
         "thread pools.",
-        epilog="example: uringkit doctor --dir /data",
+        epilog="examples:\n  uringkit doctor --dir /data\n  uringkit bench --quick\n"
+        "  uringkit bench --name=r --filename=f --size=1g --rw=randread --ioengine=io_uring",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     d = sub.add_parser(
@@ -38,10 +46,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--json", action="store_true", help="machine-readable output")
     d.set_defaults(func=_doctor)
+    b = sub.add_parser(
+        "bench",
+        help="fio-style benchmark of io_uring/libaio/posixaio/threads/psync "
+        "(uringkit bench --help)",
+        add_help=False,
+    )
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(func=_bench)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bench":
+        # fio-style options (--name=… --rw=…) are parsed by the bench itself.
+        from . import bench
+
+        return bench.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -1,0 +1,85 @@
+"""Run the reference, fio, on the same job, and read its JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any
+
+from .options import IO_URING_OPTS, Job
+
+FIO_ENGINES = {"psync": "psync", "posixaio": "posixaio", "libaio": "libaio", "io_uring": "io_uring"}
+
+
+def available() -> str | None:
+    return shutil.which("fio")
+
+
+def version() -> str:
+    exe = available()
+    if not exe:
+        return ""
+    return subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+
+
+def supports(job: Job) -> bool:
+    return job.get("ioengine", "psync") in FIO_ENGINES
+
+
+def command(job: Job) -> list[str]:
+    n = job.to_native()
+    args = [
+        available() or "fio",
+        f"--name={job.name}",
+        f"--filename={n['filename']}",
+        f"--size={n['size']}",
+        f"--rw={n['rw']}",
+        f"--bs={n['bs']}",
+        f"--ioengine={FIO_ENGINES[n['ioengine']]}",
+        f"--iodepth={n['iodepth']}",
+        f"--iodepth_batch_submit={n['iodepth_batch_submit']}",
+        f"--iodepth_batch_complete_min={n['iodepth_batch_complete_min']}",
+        f"--direct={int(n['direct'])}",
+        f"--numjobs={n['numjobs']}",
+        "--group_reporting=1",
+        "--thread=1",
+        f"--invalidate={int(job.get('invalidate', True))}",
+        "--output-format=json",
+    ]
+    if n["rw"] in ("rw", "randrw"):
+        args.append(f"--rwmixread={n['rwmixread']}")
+    if n["runtime"]:
+        args.append(f"--runtime={n['runtime']}")
+    if n["time_based"]:
+        args.append("--time_based=1")
+    if n["ramp_time"]:
+        args.append(f"--ramp_time={n['ramp_time']}")
+    if n["fsync"]:
+        args.append(f"--fsync={n['fsync']}")
+    if n["fdatasync"]:
+        args.append(f"--fdatasync={n['fdatasync']}")
+    if n["verify"]:
+        args.append("--verify=crc32c")
+    for k in IO_URING_OPTS:
+        if k in n and k not in ("single_issuer", "defer_taskrun", "coop_taskrun"):
+            v = n[k]
+            args.append(f"--{k}={int(v) if isinstance(v, bool) else v}")
+    return args
+
+
+def run(job: Job, timeout: float = 600) -> dict[str, Any]:
+    """fio's jobs[0] for this job, with `uringkit.cpu_us_per_io` computed like ours
+    (fio's usr_cpu/sys_cpu are its job threads only)."""
+    cmd = command(job)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"fio failed ({' '.join(cmd)}): {p.stderr.strip() or p.stdout[-500:]}")
+    text = p.stdout
+    data = json.loads(text[text.index("{") :])
+    j: dict[str, Any] = data["jobs"][0]
+    ios = j["read"]["total_ios"] + j["write"]["total_ios"]
+    secs = max(j["read"]["runtime"], j["write"]["runtime"]) / 1000 or 1e-9
+    cpu_s = (j["usr_cpu"] + j["sys_cpu"]) / 100 * secs
+    j["uringkit"] = {"cpu_us_per_io": cpu_s * 1e6 / ios if ios else 0.0, "command": " ".join(cmd)}
+    return j

@@ -1,0 +1,172 @@
+//! `run_job`: the native job loop, driven from Python with the GIL released.
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::time::Duration;
+use uringkit_core::bench::hist::FIO_PERCENTILES;
+use uringkit_core::bench::job::DirStats;
+use uringkit_core::bench::{run_jobs, Hist, JobSpec, Progress, Rw};
+use uringkit_core::engine::{EngineKind, UringOpts};
+
+fn get<'py, T>(d: &Bound<'py, PyDict>, key: &str, default: T) -> PyResult<T>
+where
+    T: for<'a> FromPyObject<'a, 'py>,
+{
+    match d.get_item(key)? {
+        Some(v) if !v.is_none() => v.extract::<T>().map_err(|_| {
+            PyValueError::new_err(format!(
+                "job option {key}={} has the wrong type",
+                v.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        }),
+        _ => Ok(default),
+    }
+}
+
+fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
+    let rw_s: String = get(d, "rw", "read".to_string())?;
+    let rw = Rw::parse(&rw_s).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "rw={rw_s} is not supported; use read, write, randread, randwrite, rw or randrw"
+        ))
+    })?;
+    let engine_s: String = get(d, "ioengine", "io_uring".to_string())?;
+    let engine = match engine_s.as_str() {
+        "psync" | "sync" | "pvsync" => EngineKind::Psync,
+        "threads" => EngineKind::Threads,
+        "posixaio" => EngineKind::PosixAio,
+        "libaio" => EngineKind::Libaio,
+        "io_uring" => EngineKind::Uring(UringOpts {
+            sqthread_poll: get(d, "sqthread_poll", false)?,
+            sqthread_poll_cpu: get(d, "sqthread_poll_cpu", None)?,
+            registerfiles: get(d, "registerfiles", false)?,
+            fixedbufs: get(d, "fixedbufs", false)?,
+            hipri: get(d, "hipri", false)?,
+            nonvectored: get(d, "nonvectored", true)?,
+            single_issuer: get(d, "single_issuer", false)?,
+            defer_taskrun: get(d, "defer_taskrun", false)?,
+            coop_taskrun: get(d, "coop_taskrun", false)?,
+        }),
+        other => return Err(PyValueError::new_err(format!(
+            "ioengine={other} is not supported; use io_uring, libaio, posixaio, threads or psync"
+        ))),
+    };
+    let runtime: Option<f64> = get(d, "runtime", None)?;
+    let ramp: f64 = get(d, "ramp_time", 0.0)?;
+    Ok(JobSpec {
+        name: get(d, "name", "job".to_string())?,
+        filename: get::<String>(d, "filename", String::new())?.into(),
+        size: get(d, "size", 0u64)?,
+        rw,
+        rwmixread: get(d, "rwmixread", 50u32)?,
+        bs: get(d, "bs", 4096u32)?,
+        iodepth: get(d, "iodepth", 1u32)?,
+        iodepth_batch_submit: get(d, "iodepth_batch_submit", 1u32)?,
+        iodepth_batch_complete_min: get(d, "iodepth_batch_complete_min", 1u32)?,
+        direct: get(d, "direct", false)?,
+        runtime: runtime.filter(|r| *r > 0.0).map(Duration::from_secs_f64),
+        time_based: get(d, "time_based", false)?,
+        ramp_time: Duration::from_secs_f64(ramp.max(0.0)),
+        fsync: get(d, "fsync", 0u32)?,
+        fdatasync: get(d, "fdatasync", 0u32)?,
+        engine,
+        verify: get(d, "verify", false)?,
+        numjobs: get(d, "numjobs", 1u32)?,
+        seed: get(d, "seed", 0x5eed_u64)?,
+    })
+}
+
+fn hist_dict<'py>(py: Python<'py>, h: &Hist) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("N", h.n)?;
+    d.set_item("min", if h.n == 0 { 0 } else { h.min })?;
+    d.set_item("max", h.max)?;
+    d.set_item("mean", h.mean())?;
+    d.set_item("stddev", h.stdev())?;
+    let p = PyDict::new(py);
+    if h.n > 0 {
+        for q in FIO_PERCENTILES {
+            p.set_item(format!("{q:.6}"), h.percentile(q))?;
+        }
+    }
+    d.set_item("percentile", p)?;
+    Ok(d)
+}
+
+fn dir_dict<'py>(py: Python<'py>, s: &DirStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("ios", s.ios)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("slat_ns", hist_dict(py, &s.slat)?)?;
+    d.set_item("clat_ns", hist_dict(py, &s.clat)?)?;
+    d.set_item("lat_ns", hist_dict(py, &s.lat)?)?;
+    Ok(d)
+}
+
+/// Run one fio-style job (a dict of fio option names, already parsed to numbers) in native
+/// code with the GIL released. `progress(ios, bytes, elapsed_s, ramping)` is called about
+/// every `interval` seconds; returning False (or raising) stops the job early.
+#[pyfunction]
+#[pyo3(signature = (spec, progress=None, interval=0.5))]
+pub fn run_job<'py>(
+    py: Python<'py>,
+    spec: &Bound<'py, PyDict>,
+    progress: Option<Py<PyAny>>,
+    interval: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let spec = spec_from(spec)?;
+    let interval = Duration::from_secs_f64(interval.clamp(0.01, 10.0));
+    let mut raised: Option<PyErr> = None;
+    let mut last = std::time::Instant::now();
+    let result = py.detach(|| {
+        run_jobs(&spec, Duration::from_millis(20), &mut |p: &Progress| {
+            if raised.is_some() {
+                return false;
+            }
+            if last.elapsed() < interval {
+                return true;
+            }
+            last = std::time::Instant::now();
+            Python::attach(|py| {
+                if let Err(e) = py.check_signals() {
+                    raised = Some(e);
+                    return false;
+                }
+                let Some(cb) = &progress else { return true };
+                match cb.call1(py, (p.ios, p.bytes, p.elapsed.as_secs_f64(), p.ramping)) {
+                    Ok(v) => !matches!(v.extract::<bool>(py), Ok(false)),
+                    Err(e) => {
+                        raised = Some(e);
+                        false
+                    }
+                }
+            })
+        })
+    });
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    let r = result.map_err(|e| match e.raw_os_error() {
+        Some(code) => PyOSError::new_err((code, e.to_string())),
+        None => PyOSError::new_err(e.to_string()),
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("read", dir_dict(py, &r.read)?)?;
+    d.set_item("write", dir_dict(py, &r.write)?)?;
+    d.set_item("sync", hist_dict(py, &r.sync)?)?;
+    d.set_item("elapsed_ns", r.elapsed_ns)?;
+    d.set_item("usr_ns", r.usage.user_ns)?;
+    d.set_item("sys_ns", r.usage.sys_ns)?;
+    d.set_item("ctx_vol", r.usage.vol_ctx)?;
+    d.set_item("ctx_invol", r.usage.invol_ctx)?;
+    d.set_item("minflt", r.usage.minflt)?;
+    d.set_item("majflt", r.usage.majflt)?;
+    d.set_item("syscalls", r.syscalls)?;
+    d.set_item("verified_blocks", r.verified_blocks)?;
+    d.set_item("verify_errors", r.verify_errors)?;
+    d.set_item("first_verify_error", r.first_verify_error)?;
+    d.set_item("warning", r.warning)?;
+    d.set_item("depth", r.depth)?;
+    Ok(d)
+}

@@ -1,0 +1,84 @@
+"""fio option parsing: job files and command lines, strict about what is unsupported."""
+
+from __future__ import annotations
+
+import pytest
+
+from uringkit.bench.options import JobError, parse_cmdline, parse_jobfile, parse_size, parse_time
+
+
+def test_sizes_and_times() -> None:
+    assert parse_size("4k") == 4096
+    assert parse_size("1g") == 1 << 30
+    assert parse_size("128MiB") == 128 << 20
+    assert parse_size("512") == 512
+    assert parse_time("10") == 10.0
+    assert parse_time("500ms") == 0.5
+    assert parse_time("2m") == 120.0
+    with pytest.raises(JobError, match="not a size"):
+        parse_size("lots")
+
+
+def test_cmdline_form() -> None:
+    line = (
+        "--name=j --filename=/tmp/F --size=1g --rw=randread --bs=4k --direct=1 "
+        "--ioengine=io_uring --iodepth=32 --runtime=10 --time_based=1 --fixedbufs"
+    )
+    (j,) = parse_cmdline(line.split())
+    n = j.to_native()
+    assert n["size"] == 1 << 30 and n["bs"] == 4096 and n["iodepth"] == 32
+    assert n["direct"] is True and n["time_based"] is True and n["runtime"] == 10.0
+    assert n["ioengine"] == "io_uring" and n["fixedbufs"] is True
+
+
+def test_globals_before_name_apply_to_every_job() -> None:
+    jobs = parse_cmdline(
+        ["--filename=/tmp/x", "--size=1m", "--name=a", "--rw=read", "--name=b", "--rw=write"]
+    )
+    assert [j.name for j in jobs] == ["a", "b"]
+    assert [j.get("rw") for j in jobs] == ["read", "write"]
+    assert all(j.get("size") == 1 << 20 for j in jobs)
+
+
+def test_jobfile() -> None:
+    text = """
+; a comment
+[global]
+ioengine=libaio
+direct=1
+bs=4k
+size=64m
+directory=/tmp
+
+[seq]
+rw=read
+iodepth=8
+
+[rand]
+rw=randread
+iodepth=32
+"""
+    seq, rand = parse_jobfile(text, "t.fio")
+    assert seq.get("filename") == "/tmp/seq.0.0"
+    assert rand.to_native()["iodepth"] == 32
+    assert rand.to_native()["ioengine"] == "libaio"
+
+
+def test_unsupported_option_named() -> None:
+    with pytest.raises(JobError, match="'zonemode' is not supported"):
+        parse_cmdline(["--name=x", "--zonemode=zbd"])
+    with pytest.raises(JobError, match=r"\[j\].*'norandommap'"):
+        parse_jobfile("[j]\nnorandommap=1\n")
+
+
+def test_bad_values() -> None:
+    with pytest.raises(JobError, match="rw='sideways'"):
+        parse_cmdline(["--name=x", "--rw=sideways"])
+    with pytest.raises(JobError, match="ioengine='spdk'"):
+        parse_cmdline(["--name=x", "--ioengine=spdk"])
+    with pytest.raises(JobError, match="verify"):
+        parse_cmdline(["--name=x", "--verify=md5"])
+    with pytest.raises(JobError, match="only apply to ioengine=io_uring"):
+        parse_cmdline(["--name=x", "--filename=f", "--ioengine=libaio", "--sqthread_poll=1"])
+    with pytest.raises(JobError, match="needs a value"):
+        parse_cmdline(["--name=x", "--rw"])

@@ -1,0 +1,244 @@
+"""Jobs on every engine through the CLI, as users run them; fio's JSON layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import PROBED
+
+ENGINES = ["psync", "threads", "posixaio", "libaio"] + (["io_uring"] if PROBED else [])
+
+
+def bench(
+    *args: str, cwd: Path | None = None, prelude: str = ""
+) -> subprocess.CompletedProcess[str]:
+    code = prelude + "import sys\nfrom uringkit.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+def run_json(tmp_path: Path, *opts: str) -> dict[str, Any]:
+    out = bench(
+        f"--filename={tmp_path / 'f.dat'}", "--size=8m", "--name=t", *opts, "--output-format=json"
+    )
+    assert out.returncode == 0, out.stderr
+    doc: dict[str, Any] = json.loads(out.stdout)  # stdout is only the JSON
+    return doc
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_randread_every_engine(tmp_path: Path, engine: str) -> None:
+    doc = run_json(
+        tmp_path, "--rw=randread", "--bs=4k", f"--ioengine={engine}", "--iodepth=8", "--direct=1"
+    )
+    (j,) = doc["jobs"]
+    r = j["read"]
+    assert r["total_ios"] == 2048 and r["io_bytes"] == 8 << 20
+    assert r["iops"] > 0 and r["bw_bytes"] > 0
+    p = r["clat_ns"]["percentile"]
+    assert {"1.000000", "50.000000", "99.000000", "99.990000"} <= set(p)
+    assert 0 < p["50.000000"] <= p["99.000000"] <= r["clat_ns"]["max"]
+    assert r["lat_ns"]["mean"] >= r["clat_ns"]["mean"] * 0.5
+    assert j["usr_cpu"] >= 0 and j["sys_cpu"] > 0 and j["ctx"] >= 0
+    u = j["uringkit"]
+    assert u["engine"] == engine and u["syscalls"] > 0 and u["cpu_us_per_io"] > 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_write_fdatasync_verified(tmp_path: Path, engine: str) -> None:
+    doc = run_json(
+        tmp_path,
+        "--rw=write",
+        "--bs=4k",
+        f"--ioengine={engine}",
+        "--iodepth=4",
+        "--fdatasync=1",
+        "--verify=crc32c",
+        "--size=1m",
+    )
+    (j,) = doc["jobs"]
+    assert j["write"]["total_ios"] == 256
+    assert j["sync"]["total_ios"] == 256
+    assert j["uringkit"]["verify"] == {"blocks": 256, "errors": 0, "first_error": None}
+
+
+def test_randrw_mix_and_numjobs(tmp_path: Path) -> None:
+    doc = run_json(
+        tmp_path,
+        "--rw=randrw",
+        "--rwmixread=70",
+        "--ioengine=threads",
+        "--iodepth=4",
+        "--numjobs=2",
+        "--runtime=0.3",
+        "--time_based=1",
+    )
+    (j,) = doc["jobs"]
+    reads, writes = j["read"]["total_ios"], j["write"]["total_ios"]
+    assert reads > 0 and writes > 0
+    assert 0.5 < reads / (reads + writes) < 0.9
+
+
+def test_jobfile_and_table(tmp_path: Path) -> None:
+    jf = tmp_path / "j.fio"
+    jf.write_text(
+        f"[global]\ndirectory={tmp_path}\nsize=4m\nbs=4k\n\n"
+        "[a]\nrw=randread\nioengine=libaio\niodepth=4\ndirect=1\n"
+    )
+    out = bench(str(jf), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert "uringkit bench" in out.stdout and "IOPS" in out.stdout
+
+
+def test_libaio_buffered_warns(tmp_path: Path) -> None:
+    out = bench(
+        f"--filename={tmp_path / 'f'}",
+        "--size=1m",
+        "--name=t",
+        "--rw=read",
+        "--ioengine=libaio",
+        "--iodepth=4",
+        "--no-progress",
+    )
+    assert out.returncode == 0
+    assert "synchronous" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    ("opts", "needle"),
+    [
+        (["--filename=/nonexistent-dir/f", "--size=1m"], "does not exist"),
+        (
+            ["--size=1m", "--bs=1000", "--direct=1", "--ioengine=libaio"],
+            "not a multiple of the logical block size",
+        ),
+        (
+            [
+                "--size=1m",
+                "--ioengine=libaio",
+                "--iodepth=40000",
+                "--bs=512",
+                "--numjobs=2",
+                "--direct=1",
+            ],
+            "aio-max-nr",
+        ),
+        (["--size=1m", "--frobnicate=1"], "'frobnicate' is not supported"),
+        (["--size=1k", "--bs=4k"], "smaller than bs"),
+    ],
+)
+def test_bad_input_one_line_no_json(tmp_path: Path, opts: list[str], needle: str) -> None:
+    args = list(opts)
+    if not any(a.startswith("--filename") for a in args):
+        args.append(f"--filename={tmp_path / 'f'}")
+    out = bench("--name=bad", *args, "--output-format=json", "--rw=read", cwd=tmp_path)
+    assert out.returncode != 0
+    assert needle in out.stderr, out.stderr
+    assert out.stdout == ""  # no partial JSON passed off as a result
+    assert len(out.stderr.strip().splitlines()) <= 2
+
+
+def test_hipri_without_poll_queues(tmp_path: Path) -> None:
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    out = bench(
+        f"--filename={tmp_path / 'f'}",
+        "--size=1m",
+        "--name=t",
+        "--rw=randread",
+        "--ioengine=io_uring",
+        "--hipri=1",
+        "--direct=1",
+        "--iodepth=4",
+        "--no-progress",
+    )
+    if out.returncode == 0:
+        return  # a device with poll queues: IOPOLL works
+    assert "poll queues" in out.stderr
+
+
+def test_auto_engine_falls_back_when_blocked(tmp_path: Path) -> None:
+    out = bench(
+        f"--filename={tmp_path / 'f'}",
+        "--size=1m",
+        "--name=t",
+        "--rw=randread",
+        "--ioengine=auto",
+        "--direct=1",
+        "--iodepth=4",
+        "--output-format=json",
+        prelude="from uringkit.testing import block_io_uring\nblock_io_uring()\n",
+    )
+    assert out.returncode == 0, out.stderr
+    (j,) = json.loads(out.stdout)["jobs"]
+    assert j["uringkit"]["engine"] == "libaio"
+    assert "blocked" in j["uringkit"]["engine_reason"]
+
+
+def test_help() -> None:
+    out = bench("--help")
+    assert out.returncode == 0 and "examples:" in out.stdout and "--vs-fio" in out.stdout
+
+
+def test_vs_fio(tmp_path: Path) -> None:
+    from uringkit.bench import fio
+
+    if not fio.available():
+        pytest.skip("fio is not installed (.ci/run installs it)")
+    out = bench(
+        f"--filename={tmp_path / 'f'}",
+        "--size=16m",
+        "--name=t",
+        "--rw=randread",
+        "--ioengine=libaio",
+        "--direct=1",
+        "--iodepth=8",
+        "--runtime=0.3",
+        "--time_based=1",
+        "--vs-fio",
+        "--output-format=json",
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert len(doc["fio_jobs"]) == 2
+    (cmp_,) = doc["uringkit_vs_fio"]
+    assert len(cmp_["iops_ratios"]) == 2 and all(r > 0 for r in cmp_["iops_ratios"])
+    os.remove(tmp_path / "f")
+
+
+def test_disk_full_is_one_line(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    mnt = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+    )
+    if mnt.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mnt.stderr.strip()}")
+    try:
+        out = bench(
+            f"--filename={small / 'f'}",
+            "--size=4m",
+            "--name=full",
+            "--rw=write",
+            "--ioengine=psync",
+            "--output-format=json",
+        )
+        assert out.returncode == 1
+        assert "No space left on device" in out.stderr and "disk is full" in out.stderr
+        assert out.stdout == ""
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
