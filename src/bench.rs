@@ -48,9 +48,11 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
             defer_taskrun: get(d, "defer_taskrun", false)?,
             coop_taskrun: get(d, "coop_taskrun", false)?,
         }),
-        other => return Err(PyValueError::new_err(format!(
+        other => {
+            return Err(PyValueError::new_err(format!(
             "ioengine={other} is not supported; use io_uring, libaio, posixaio, threads or psync"
-        ))),
+        )))
+        }
     };
     let runtime: Option<f64> = get(d, "runtime", None)?;
     let ramp: f64 = get(d, "ramp_time", 0.0)?;

@@ -898,6 +898,127 @@ impl Ring {
         )
     }
 
+    /// Queue renameat (os.rename / os.replace; `flags` takes RENAME_NOREPLACE etc.).
+    #[pyo3(signature = (old, new, *, old_dir_fd=libc::AT_FDCWD, new_dir_fd=libc::AT_FDCWD,
+        flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false,
+        skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn renameat(
+        &mut self,
+        old: &Bound<'_, PyAny>,
+        new: &Bound<'_, PyAny>,
+        old_dir_fd: i32,
+        new_dir_fd: i32,
+        flags: u32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let (a, b) = (path_arg(old)?, path_arg(new)?);
+        let e = op::fs::renameat(old_dir_fd, a.as_ptr(), new_dir_fd, b.as_ptr(), flags);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Paths(a, b);
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
+    }
+
+    /// Queue unlinkat (os.unlink; `flags=AT_REMOVEDIR` (0x200) for os.rmdir).
+    #[pyo3(signature = (path, *, dir_fd=libc::AT_FDCWD, flags=0, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn unlinkat(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        dir_fd: i32,
+        flags: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let p = path_arg(path)?;
+        let e = op::fs::unlinkat(dir_fd, p.as_ptr(), flags);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Path(p);
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
+    }
+
+    /// Queue mkdirat (os.mkdir).
+    #[pyo3(signature = (path, mode=0o777, *, dir_fd=libc::AT_FDCWD, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn mkdirat(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        mode: u32,
+        dir_fd: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let p = path_arg(path)?;
+        let e = op::fs::mkdirat(dir_fd, p.as_ptr(), mode);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Path(p);
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
+    }
+
+    /// Queue symlinkat: create `link_path` pointing at `target` (os.symlink).
+    #[pyo3(signature = (target, link_path, *, dir_fd=libc::AT_FDCWD, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn symlinkat(
+        &mut self,
+        target: &Bound<'_, PyAny>,
+        link_path: &Bound<'_, PyAny>,
+        dir_fd: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let (t, l) = (path_arg(target)?, path_arg(link_path)?);
+        let e = op::fs::symlinkat(t.as_ptr(), dir_fd, l.as_ptr());
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Paths(t, l);
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
+    }
+
+    /// Queue linkat: a hard link `new` to `old` (os.link).
+    #[pyo3(signature = (old, new, *, old_dir_fd=libc::AT_FDCWD, new_dir_fd=libc::AT_FDCWD,
+        flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false,
+        skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn linkat(
+        &mut self,
+        old: &Bound<'_, PyAny>,
+        new: &Bound<'_, PyAny>,
+        old_dir_fd: i32,
+        new_dir_fd: i32,
+        flags: i32,
+        user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let (a, b) = (path_arg(old)?, path_arg(new)?);
+        let e = op::fs::linkat(old_dir_fd, a.as_ptr(), new_dir_fd, b.as_ptr(), flags);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Paths(a, b);
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
+    }
+
     /// Queue splice: move `nbytes` from fd_in to fd_out (one must be a pipe). An offset of
     /// -1 uses the descriptor's position (required for the pipe side).
     #[pyo3(signature = (fd_in, off_in, fd_out, off_out, nbytes, *, flags=0, user_data=0,

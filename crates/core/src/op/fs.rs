@@ -43,3 +43,43 @@ pub fn statx(
         .mask(mask)
         .build()
 }
+
+pub fn renameat(
+    olddir: i32,
+    old: *const libc::c_char,
+    newdir: i32,
+    new: *const libc::c_char,
+    flags: u32,
+) -> Entry {
+    opcode::RenameAt::new(types::Fd(olddir), old, types::Fd(newdir), new)
+        .flags(flags)
+        .build()
+}
+
+pub fn unlinkat(dirfd: i32, path: *const libc::c_char, flags: i32) -> Entry {
+    opcode::UnlinkAt::new(types::Fd(dirfd), path)
+        .flags(flags)
+        .build()
+}
+
+pub fn mkdirat(dirfd: i32, path: *const libc::c_char, mode: u32) -> Entry {
+    opcode::MkDirAt::new(types::Fd(dirfd), path)
+        .mode(mode)
+        .build()
+}
+
+pub fn symlinkat(target: *const libc::c_char, newdir: i32, link: *const libc::c_char) -> Entry {
+    opcode::SymlinkAt::new(types::Fd(newdir), target, link).build()
+}
+
+pub fn linkat(
+    olddir: i32,
+    old: *const libc::c_char,
+    newdir: i32,
+    new: *const libc::c_char,
+    flags: i32,
+) -> Entry {
+    opcode::LinkAt::new(types::Fd(olddir), old, types::Fd(newdir), new)
+        .flags(flags)
+        .build()
+}

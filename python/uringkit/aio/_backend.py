@@ -1,0 +1,402 @@
+"""The I/O backends behind `uringkit.aio`: one io_uring ring per event loop, or a thread
+pool with identical behaviour when io_uring is blocked or `URINGKIT_ENGINE` says so.
+
+The ring backend
+- creates one ring per event loop, lazily, and registers an eventfd with it whose
+  readability wakes the loop (`loop.add_reader`);
+- queues SQEs as coroutines ask for them and submits everything queued during one loop
+  iteration in a single `io_uring_enter` (a `call_soon` flush);
+- reaps completions in batches and resolves each op's future;
+- completes page-cache hits inline with `preadv2(RWF_NOWAIT)` before going to the ring
+  (no loop round trip when the data is already in memory);
+- on cancellation of the awaiting task, queues an AsyncCancel; the op's buffer stays alive
+  in the ring until its completion arrives, and an `openat` that completes after its
+  caller gave up has its fd closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import errno
+import functools
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .._native import Completion, Ring
+from ..engines import choose_engine
+
+RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_SYMLINK_NOFOLLOW = 0x100
+AT_REMOVEDIR = 0x200
+
+
+def _oserror(res: int, what: str, path: Any = None) -> OSError:
+    code = -res
+    msg = os.strerror(code)
+    if path is not None:
+        return OSError(code, msg, os.fspath(path) if not isinstance(path, int) else str(path))
+    e = OSError(code, f"{msg} ({what})")
+    return e
+
+
+class Backend(Protocol):
+    name: str
+
+    async def openat(self, path: Any, flags: int, mode: int) -> int: ...
+    async def close(self, fd: int) -> None: ...
+    async def pread(self, fd: int, n: int, offset: int) -> bytes: ...
+    async def preadinto(self, fd: int, buf: Any, offset: int) -> int: ...
+    async def pwrite(self, fd: int, data: Any, offset: int) -> int: ...
+    async def fsync(self, fd: int, datasync: bool) -> None: ...
+    async def fallocate(self, fd: int, mode: int, offset: int, length: int) -> None: ...
+    async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]: ...
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread pool of the thread backend (and of ops io_uring lacks): shared by every
+    loop, sized like asyncio's default executor."""
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="uringkit-aio"
+        )
+    return _pool
+
+
+class ThreadBackend:
+    """Blocking calls on the loop's default executor: aiofiles' model."""
+
+    name = "threads"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.loop.run_in_executor(_executor(), fn, *args)
+
+    async def openat(self, path: Any, flags: int, mode: int) -> int:
+        cf = _executor().submit(os.open, path, flags, mode)
+        try:
+            fd: int = await asyncio.wrap_future(cf, loop=self.loop)
+        except asyncio.CancelledError:
+            # The open may still finish in its thread: close what nobody will use.
+            def closer(f: concurrent.futures.Future[int]) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    os.close(f.result())
+
+            cf.add_done_callback(closer)
+            raise
+        return fd
+
+    async def close(self, fd: int) -> None:
+        await self.run(os.close, fd)
+
+    async def pread(self, fd: int, n: int, offset: int) -> bytes:
+        return await self.run(_pread_full, fd, n, offset)  # type: ignore[no-any-return]
+
+    async def preadinto(self, fd: int, buf: Any, offset: int) -> int:
+        return await self.run(_preadinto_full, fd, buf, offset)  # type: ignore[no-any-return]
+
+    async def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        return await self.run(_pwrite_full, fd, data, offset)  # type: ignore[no-any-return]
+
+    async def fsync(self, fd: int, datasync: bool) -> None:
+        await self.run(os.fdatasync if datasync else os.fsync, fd)
+
+    async def fallocate(self, fd: int, mode: int, offset: int, length: int) -> None:
+        if mode:
+            raise OSError(errno.EOPNOTSUPP, "fallocate modes need the io_uring backend")
+        await self.run(os.posix_fallocate, fd, offset, length)
+
+    async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return await self.run(  # type: ignore[no-any-return]
+            lambda: [_pread_full(fd, n, off) for off, n in ranges]
+        )
+
+
+def _pread_full(fd: int, n: int, offset: int) -> bytes:
+    """n bytes (fewer only at EOF) at offset; offset < 0 reads at the stream position."""
+    chunks = []
+    while n > 0:
+        b = os.read(fd, n) if offset < 0 else os.pread(fd, n, offset)
+        if not b:
+            break
+        chunks.append(b)
+        n -= len(b)
+        if offset >= 0:
+            offset += len(b)
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def _preadinto_full(fd: int, buf: Any, offset: int) -> int:
+    mv = memoryview(buf).cast("B")
+    done = 0
+    while done < len(mv):
+        r = os.readv(fd, [mv[done:]]) if offset < 0 else os.preadv(fd, [mv[done:]], offset + done)
+        if r == 0:
+            break
+        done += r
+    return done
+
+
+def _pwrite_full(fd: int, data: Any, offset: int) -> int:
+    mv = memoryview(data).cast("B")
+    done = 0
+    while done < len(mv):
+        if offset < 0:
+            done += os.write(fd, mv[done:])
+        else:
+            done += os.pwrite(fd, mv[done:], offset + done)
+    return done
+
+
+class RingBackend:
+    """One io_uring per event loop."""
+
+    name = "io_uring"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, entries: int = 256) -> None:
+        self.loop = loop
+        self.ring = Ring(entries)
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.ring.register_eventfd(self.efd)
+        self.waiting: dict[
+            int, tuple[asyncio.Future[Completion], Callable[[Completion], None] | None]
+        ] = {}
+        self.next_ud = 1
+        self.flush_pending = False
+        self.closed = False
+        loop.add_reader(self.efd, self._on_ready)
+
+    # ----- plumbing ----------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self.flush_pending = False
+        if not self.closed:
+            self.ring.submit()
+
+    def _on_ready(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self.efd)
+        self._reap()
+
+    def _reap(self) -> None:
+        for c in self.ring.completions():
+            entry = self.waiting.get(c.user_data)
+            if entry is None or c.more:
+                continue
+            del self.waiting[c.user_data]
+            fut, orphan = entry
+            if fut.done():
+                if orphan is not None:
+                    orphan(c)
+            else:
+                fut.set_result(c)
+
+    def _cancel_cb(self, ud: int) -> Callable[[asyncio.Future[Completion]], None]:
+        def cb(fut: asyncio.Future[Completion]) -> None:
+            if fut.cancelled() and ud in self.waiting and not self.closed:
+                self.ring.cancel(ud)
+                self._schedule()
+
+        return cb
+
+    def _schedule(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.loop.call_soon(self._flush)
+
+    async def op(
+        self, queue: Callable[[int], None], orphan: Callable[[Completion], None] | None = None
+    ) -> Completion:
+        """Queue one SQE (via `queue(user_data)`), submit with this iteration's batch,
+        and wait for its completion."""
+        if self.closed:
+            raise RuntimeError("the event loop's ring is closed")
+        ud = self.next_ud
+        self.next_ud += 1
+        queue(ud)
+        fut: asyncio.Future[Completion] = self.loop.create_future()
+        self.waiting[ud] = (fut, orphan)
+        fut.add_done_callback(self._cancel_cb(ud))
+        self._schedule()
+        return await fut
+
+    def shutdown(self) -> None:
+        """Cancel what is in flight and wait for it (the ring does), then release."""
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self.efd)
+        self.ring.close()
+        os.close(self.efd)
+        for fut, _ in self.waiting.values():
+            if not fut.done():
+                fut.cancel()
+        self.waiting.clear()
+
+    # ----- operations ----------------------------------------------------------------------
+
+    def _read(self, fd: int, buf: memoryview, offset: int, ud: int) -> None:
+        self.ring.read(fd, buf, offset, user_data=ud)
+
+    def _write(self, fd: int, buf: memoryview, offset: int, ud: int) -> None:
+        self.ring.write(fd, buf, offset, user_data=ud)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.loop.run_in_executor(_executor(), fn, *args)
+
+    async def openat(self, path: Any, flags: int, mode: int) -> int:
+        def orphan(c: Completion) -> None:
+            if c.res >= 0:
+                os.close(c.res)  # the caller gave up: leak no fd
+
+        c = await self.op(lambda ud: self.ring.openat(path, flags, mode, user_data=ud), orphan)
+        if c.res < 0:
+            raise _oserror(c.res, "open", path)
+        return c.res
+
+    async def close(self, fd: int) -> None:
+        c = await self.op(lambda ud: self.ring.close(fd, user_data=ud))
+        if c.res < 0:
+            raise _oserror(c.res, "close")
+
+    async def preadinto(self, fd: int, buf: Any, offset: int) -> int:
+        mv = memoryview(buf).cast("B")
+        total = len(mv)
+        done = 0
+        if RWF_NOWAIT and total:
+            try:
+                done = os.preadv(fd, [mv], offset, RWF_NOWAIT)
+            except BlockingIOError:
+                done = 0
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.EAGAIN):
+                    raise
+                done = 0
+            if done == total:
+                return done
+            if done and offset >= 0 and _at_eof(fd, offset + done):
+                return done
+        while done < total:
+            off = -1 if offset < 0 else offset + done
+            c = await self.op(functools.partial(self._read, fd, mv[done:], off))
+            if c.res < 0:
+                if c.res == -errno.EAGAIN:
+                    continue
+                if c.message:
+                    raise OSError(-c.res, c.message)
+                raise _oserror(c.res, "read")
+            if c.res == 0:
+                break
+            done += c.res
+        return done
+
+    async def pread(self, fd: int, n: int, offset: int) -> bytes:
+        if n <= 0:
+            return b""
+        buf = bytearray(n)
+        got = await self.preadinto(fd, buf, offset)
+        # (no resizing: a completion may still reference a view of buf)
+        return bytes(buf) if got == n else bytes(buf[:got])
+
+    async def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        mv = memoryview(data).cast("B")
+        done = 0
+        while done < len(mv):
+            off = -1 if offset < 0 else offset + done
+            c = await self.op(functools.partial(self._write, fd, mv[done:], off))
+            if c.res < 0:
+                if c.res == -errno.EAGAIN:
+                    continue
+                if c.message:
+                    raise OSError(-c.res, c.message)
+                raise _oserror(c.res, "write")
+            if c.res == 0:
+                raise OSError(errno.EIO, "write made no progress")
+            done += c.res
+        return done
+
+    async def fsync(self, fd: int, datasync: bool) -> None:
+        c = await self.op(lambda ud: self.ring.fsync(fd, datasync=datasync, user_data=ud))
+        if c.res < 0:
+            raise _oserror(c.res, "fsync")
+
+    async def fallocate(self, fd: int, mode: int, offset: int, length: int) -> None:
+        c = await self.op(
+            lambda ud: self.ring.fallocate(fd, length, offset, mode=mode, user_data=ud)
+        )
+        if c.res < 0:
+            raise _oserror(c.res, "fallocate")
+
+    async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Every range in one batch of SQEs (one submit), short reads completed."""
+        bufs = [bytearray(n) for _, n in ranges]
+        futs = []
+        for (off, _n), b in zip(ranges, bufs, strict=True):
+            futs.append(asyncio.ensure_future(self.preadinto(fd, b, off)))
+        got = await asyncio.gather(*futs)
+        return [bytes(b) if g == len(b) else bytes(b[:g]) for b, g in zip(bufs, got, strict=True)]
+
+    async def statx(self, path: Any, dir_fd: int, flags: int) -> dict[str, Any]:
+        c = await self.op(
+            lambda ud: self.ring.statx(path, dir_fd=dir_fd, flags=flags, user_data=ud)
+        )
+        if c.res < 0:
+            raise _oserror(c.res, "stat", path if path != "" else None)
+        return c.result  # type: ignore[no-any-return]
+
+
+def _at_eof(fd: int, pos: int) -> bool:
+    try:
+        return os.fstat(fd).st_size <= pos
+    except OSError:
+        return False
+
+
+_backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+def get_backend(direct: bool = False) -> Any:
+    """The running loop's backend, created on first use."""
+    loop = asyncio.get_running_loop()
+    b = _backends.get(loop)
+    if b is None:
+        choice = choose_engine(direct=direct)
+        if choice.name == "io_uring":
+            try:
+                b = RingBackend(loop)
+            except OSError:
+                b = ThreadBackend(loop)
+        else:
+            b = ThreadBackend(loop)
+        _backends[loop] = b
+        if isinstance(b, RingBackend):
+            _hook_close(loop, b)
+    return b
+
+
+def _hook_close(loop: asyncio.AbstractEventLoop, b: RingBackend) -> None:
+    """Close the ring when the loop closes (cancelling and waiting for what is in flight)."""
+    orig = loop.close
+
+    def close() -> None:
+        b.shutdown()
+        _backends.pop(loop, None)
+        orig()
+
+    # uvloop's Loop has no __dict__: there the finalizer below does the job.
+    with contextlib.suppress(AttributeError):
+        loop.close = close  # type: ignore[method-assign]
+    weakref.finalize(loop, b.shutdown)

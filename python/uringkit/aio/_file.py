@@ -1,0 +1,571 @@
+"""Async file objects with aiofiles' (and the stdlib's) method names and behaviour."""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import io
+import locale
+import os
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from .._native import AlignedBuffer
+
+CHUNK = 64 * 1024
+
+
+def _explain_direct(e: OSError, n: int, offset: int) -> OSError:
+    if e.errno != errno.EINVAL or (e.strerror and "align" in e.strerror):
+        return e
+    return OSError(
+        errno.EINVAL,
+        f"O_DIRECT I/O of {n} bytes at offset {offset} failed with "
+        "EINVAL: O_DIRECT needs aligned I/O — a buffer aligned to the device's "
+        "logical block (uringkit.aligned_buffer), and lengths and offsets that are "
+        "multiples of it (usually 512 or 4096)",
+    )
+
+
+class AsyncFile:
+    """A binary file (`open(..., 'rb'|'wb'|'ab'|'r+b'|…)`).
+
+    Positioned like a stdlib file: read/write advance the position, seek/tell move and
+    report it. Writes go straight to the kernel (no user-space write buffer), so `flush()`
+    has nothing to do and data is visible to other readers as soon as `write` returns.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        fd: int,
+        name: Any,
+        mode: str,
+        *,
+        readable: bool,
+        writable: bool,
+        append: bool,
+        closefd: bool,
+        direct: bool,
+    ) -> None:
+        self._b = backend
+        self._fd = fd
+        self.name = name
+        self.mode = mode
+        self._readable = readable
+        self._writable = writable
+        self._append = append
+        self._closefd = closefd
+        self._direct = direct
+        # Pipes, FIFOs, sockets and ttys cannot be read by offset: they are streams, read
+        # and written at "the current position" (offset -1); _pos then only counts bytes.
+        self._stream = False
+        try:
+            self._pos = os.lseek(fd, 0, os.SEEK_END if append else os.SEEK_CUR)
+        except OSError as e:
+            if e.errno != errno.ESPIPE:
+                raise
+            self._stream = True
+            self._pos = 0
+        self._buf = b""  # read-ahead for readline/iteration
+        self._buf_at = 0
+        self.closed = False
+
+    # ----- plumbing ------------------------------------------------------------------------
+
+    def _check(self, want: str | None = None) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        if want == "r" and not self._readable:
+            raise io.UnsupportedOperation("not readable")
+        if want == "w" and not self._writable:
+            raise io.UnsupportedOperation("not writable")
+
+    def _at(self, pos: int) -> int:
+        """The offset to pass to the kernel for file position `pos`."""
+        return -1 if self._stream else pos
+
+    def _no_stream(self) -> None:
+        if self._stream:
+            raise OSError(errno.ESPIPE, "Illegal seek")
+
+    def _drop_buf(self) -> None:
+        self._buf = b""
+        self._buf_at = self._pos
+
+    def _from_buf(self, n: int) -> bytes:
+        """Take up to n bytes at the position from the read-ahead buffer."""
+        start = self._pos - self._buf_at
+        if not self._buf or start < 0 or start >= len(self._buf):
+            return b""
+        chunk = self._buf[start : start + n] if n >= 0 else self._buf[start:]
+        self._pos += len(chunk)
+        return chunk
+
+    def fileno(self) -> int:
+        self._check()
+        return self._fd
+
+    def readable(self) -> bool:
+        self._check()
+        return self._readable
+
+    def writable(self) -> bool:
+        self._check()
+        return self._writable
+
+    def seekable(self) -> bool:
+        self._check()
+        return not self._stream
+
+    def isatty(self) -> bool:
+        self._check()
+        return os.isatty(self._fd)
+
+    # ----- reading -------------------------------------------------------------------------
+
+    async def read(self, size: int | None = -1) -> bytes:
+        """Read up to `size` bytes (all to EOF if negative or None)."""
+        self._check("r")
+        if size is None or size < 0:
+            head = self._from_buf(-1)
+            rest = 0 if self._stream else max(0, os.fstat(self._fd).st_size - self._pos)
+            parts = [head]
+            while True:
+                chunk: bytes = await self._b.pread(self._fd, max(rest, CHUNK), self._at(self._pos))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                self._pos += len(chunk)
+                rest = 0
+            return b"".join(parts)
+        head = self._from_buf(size)
+        if len(head) == size:
+            return head
+        data: bytes = await self._b.pread(self._fd, size - len(head), self._at(self._pos))
+        self._pos += len(data)
+        return head + data if head else data
+
+    async def read1(self, size: int = -1) -> bytes:
+        return await self.read(size)
+
+    async def readinto(self, b: Any) -> int:
+        """Read into a writable buffer; returns the number of bytes read."""
+        self._check("r")
+        mv = memoryview(b).cast("B")
+        head = self._from_buf(len(mv))
+        mv[: len(head)] = head
+        if len(head) == len(mv):
+            return len(head)
+        n: int = await self._b.preadinto(self._fd, mv[len(head) :], self._at(self._pos))
+        self._pos += n
+        return len(head) + n
+
+    async def readinto1(self, b: Any) -> int:
+        return await self.readinto(b)
+
+    async def _fill(self) -> bool:
+        """Extend the read-ahead buffer; False at EOF."""
+        if not self._buf or self._pos - self._buf_at >= len(self._buf) or self._pos < self._buf_at:
+            self._buf = b""
+            self._buf_at = self._pos
+        at = self._buf_at + len(self._buf)
+        data = await self._b.pread(self._fd, CHUNK, self._at(at))
+        if not data:
+            return False
+        start = self._pos - self._buf_at
+        self._buf = self._buf[start:] + data
+        self._buf_at = self._pos
+        return True
+
+    async def readline(self, size: int | None = -1) -> bytes:
+        self._check("r")
+        limit = -1 if size is None else size
+        while True:
+            start = self._pos - self._buf_at
+            if self._buf and 0 <= start < len(self._buf):
+                i = self._buf.find(b"\n", start)
+                end = len(self._buf) if i < 0 else i + 1
+                if limit >= 0:
+                    end = min(end, start + limit)
+                if i >= 0 or (limit >= 0 and end - start >= limit):
+                    return self._from_buf(end - start)
+            if not await self._fill():
+                return self._from_buf(limit)
+
+    async def readlines(self, hint: int = -1) -> list[bytes]:
+        lines = []
+        total = 0
+        while True:
+            line = await self.readline()
+            if not line:
+                break
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                break
+        return lines
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+    # ----- writing -------------------------------------------------------------------------
+
+    async def write(self, b: Any) -> int:
+        """Write all of `b` (short writes are completed); returns len(b)."""
+        self._check("w")
+        if isinstance(b, str):
+            raise TypeError(f"a bytes-like object is required, not '{type(b).__name__}'")
+        mv = memoryview(b).cast("B")
+        self._drop_buf()
+        if self._stream:
+            n: int = await self._b.pwrite(self._fd, mv, -1)
+            self._pos += n
+            return n
+        if self._append:
+            n = await self._b.pwrite(self._fd, mv, -1)
+            self._pos = os.lseek(self._fd, 0, os.SEEK_CUR)
+            return n
+        n = await self._b.pwrite(self._fd, mv, self._pos)
+        self._pos += n
+        return n
+
+    async def writelines(self, lines: Iterable[Any]) -> None:
+        for line in lines:
+            await self.write(line)
+
+    # ----- position ------------------------------------------------------------------------
+
+    async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._check()
+        self._no_stream()
+        if whence == os.SEEK_SET:
+            if offset < 0:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            new = offset
+        elif whence == os.SEEK_CUR:
+            new = self._pos + offset
+        elif whence == os.SEEK_END:
+            new = os.fstat(self._fd).st_size + offset
+        else:
+            new = os.lseek(self._fd, offset, whence)
+        if new < 0:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        self._pos = new
+        return new
+
+    async def tell(self) -> int:
+        self._check()
+        self._no_stream()
+        return self._pos
+
+    async def truncate(self, size: int | None = None) -> int:
+        self._check("w")
+        n = self._pos if size is None else size
+        await self._b.run(os.ftruncate, self._fd, n)
+        self._drop_buf()
+        return n
+
+    async def flush(self) -> None:
+        self._check()
+
+    # ----- durability and positional I/O ---------------------------------------------------
+
+    async def fsync(self) -> None:
+        self._check()
+        await self._b.fsync(self._fd, False)
+
+    async def fdatasync(self) -> None:
+        self._check()
+        await self._b.fsync(self._fd, True)
+
+    async def fallocate(self, length: int, offset: int = 0, mode: int = 0) -> None:
+        self._check("w")
+        await self._b.fallocate(self._fd, mode, offset, length)
+
+    async def read_at(self, n: int, offset: int) -> bytes:
+        """pread: `n` bytes at `offset` (fewer only at EOF); the position does not move."""
+        self._check("r")
+        if self._direct:
+            return await self._direct_read(n, offset)
+        return await self._b.pread(self._fd, n, offset)  # type: ignore[no-any-return]
+
+    async def readinto_at(self, buf: Any, offset: int) -> int:
+        self._check("r")
+        try:
+            return await self._b.preadinto(self._fd, buf, offset)  # type: ignore[no-any-return]
+        except OSError as e:
+            if not self._direct:
+                raise
+            raise _explain_direct(e, len(memoryview(buf)), offset) from None
+
+    async def write_at(self, data: Any, offset: int) -> int:
+        """pwrite: all of `data` at `offset` (or raise); the position does not move."""
+        self._check("w")
+        self._drop_buf()
+        try:
+            return await self._b.pwrite(self._fd, data, offset)  # type: ignore[no-any-return]
+        except OSError as e:
+            if not self._direct:
+                raise
+            raise _explain_direct(e, len(memoryview(data)), offset) from None
+
+    async def _direct_read(self, n: int, offset: int) -> bytes:
+        buf = AlignedBuffer(max(n, 1))
+        try:
+            got = await self._b.preadinto(self._fd, memoryview(buf)[:n], offset)
+        except OSError as e:
+            raise _explain_direct(e, n, offset) from None
+        return bytes(memoryview(buf)[:got])
+
+    # ----- lifecycle -----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._closefd:
+            await self._b.close(self._fd)
+
+    async def __aenter__(self) -> AsyncFile:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<uringkit.aio.AsyncFile name={self.name!r} mode={self.mode!r}>"
+
+
+class AsyncTextFile:
+    """A text file over an `AsyncFile`: decoding, universal newlines, like io.TextIOWrapper.
+
+    `tell()` returns the byte position of the next character (valid for `seek`), as the
+    stdlib does when the decoder holds no pending state.
+    """
+
+    def __init__(
+        self, raw: AsyncFile, encoding: str | None, errors: str | None, newline: str | None
+    ) -> None:
+        if newline not in (None, "", "\n", "\r", "\r\n"):
+            raise ValueError(f"illegal newline value: {newline!r}")
+        self.buffer = raw
+        self.encoding = encoding or locale.getpreferredencoding(False)
+        codecs.lookup(self.encoding)
+        self.errors = errors or "strict"
+        self.newlines = None
+        self._newline = newline
+        self._decoder = codecs.getincrementaldecoder(self.encoding)(self.errors)
+        self._text = ""  # decoded, untranslated, not yet returned
+        self._eof = False
+
+    @property
+    def name(self) -> Any:
+        return self.buffer.name
+
+    @property
+    def mode(self) -> str:
+        return self.buffer.mode.replace("b", "")
+
+    @property
+    def closed(self) -> bool:
+        return self.buffer.closed
+
+    def fileno(self) -> int:
+        return self.buffer.fileno()
+
+    def readable(self) -> bool:
+        return self.buffer.readable()
+
+    def writable(self) -> bool:
+        return self.buffer.writable()
+
+    def seekable(self) -> bool:
+        return True
+
+    def _reset(self) -> None:
+        self._decoder.reset()
+        self._text = ""
+        self._eof = False
+
+    async def _more(self) -> bool:
+        data = await self.buffer.read(CHUNK)
+        if not data:
+            tail = self._decoder.decode(b"", final=True)
+            self._text += tail
+            self._eof = True
+            return bool(tail)
+        self._text += self._decoder.decode(data)
+        return True
+
+    def _translate(self, s: str) -> str:
+        if self._newline is None:
+            return s.replace("\r\n", "\n").replace("\r", "\n")
+        return s
+
+    def _line_end(self, s: str, start: int = 0) -> int:
+        """Index just past the first line ending in s, or -1 (a trailing '\\r' is not
+        decided until more text arrives)."""
+        nl = self._newline
+        if nl in (None, ""):
+            i_n = s.find("\n", start)
+            i_r = s.find("\r", start)
+            if i_r >= 0 and (i_n < 0 or i_r < i_n):
+                if i_r + 1 < len(s):
+                    return i_r + 2 if s[i_r + 1] == "\n" else i_r + 1
+                return -1 if not self._eof else i_r + 1
+            return i_n + 1 if i_n >= 0 else -1
+        i = s.find(nl, start)
+        return i + len(nl) if i >= 0 else -1
+
+    async def read(self, size: int | None = -1) -> str:
+        self.buffer._check("r")
+        if size is None or size < 0:
+            while await self._more() and not self._eof:
+                pass
+            while not self._eof:
+                await self._more()
+            s, self._text = self._text, ""
+            return self._translate(s)
+        while len(self._translate(self._text)) < size + 1 and not self._eof:
+            await self._more()
+        # take enough raw text to produce `size` translated characters
+        out = []
+        count = 0
+        i = 0
+        t = self._text
+        while i < len(t) and count < size:
+            if self._newline is None and t[i] == "\r":
+                if i + 1 < len(t) and t[i + 1] == "\n":
+                    out.append("\n")
+                    i += 2
+                    count += 1
+                    continue
+                out.append("\n")
+            else:
+                out.append(t[i])
+            i += 1
+            count += 1
+        self._text = t[i:]
+        return "".join(out)
+
+    async def readline(self, size: int | None = -1) -> str:
+        self.buffer._check("r")
+        limit = -1 if size is None else size
+        while True:
+            end = self._line_end(self._text)
+            if end >= 0:
+                if 0 <= limit < end:
+                    end = limit
+                line, self._text = self._text[:end], self._text[end:]
+                return self._translate(line)
+            if 0 <= limit <= len(self._text):
+                line, self._text = self._text[:limit], self._text[limit:]
+                return self._translate(line)
+            if self._eof or not await self._more():
+                if self._eof:
+                    end = self._line_end(self._text)
+                    if end >= 0:
+                        continue
+                line, self._text = self._text, ""
+                return self._translate(line)
+
+    async def readlines(self, hint: int = -1) -> list[str]:
+        lines = []
+        total = 0
+        while True:
+            line = await self.readline()
+            if not line:
+                break
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                break
+        return lines
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+    async def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        self.buffer._check("w")
+        text = s
+        if self._newline is None and os.linesep != "\n":
+            text = text.replace("\n", os.linesep)
+        elif self._newline in ("\r", "\r\n"):
+            text = text.replace("\n", self._newline)
+        if self._text:
+            # writing after reading: write at the logical position
+            await self.seek(await self.tell())
+        await self.buffer.write(text.encode(self.encoding, self.errors))
+        return len(s)
+
+    async def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            await self.write(line)
+
+    async def tell(self) -> int:
+        self.buffer._check()
+        pending = self._decoder.getstate()[0]
+        return (
+            (await self.buffer.tell())
+            - len(pending)
+            - len(self._text.encode(self.encoding, self.errors))
+        )
+
+    async def seek(self, cookie: int, whence: int = os.SEEK_SET) -> int:
+        self.buffer._check()
+        if whence == os.SEEK_CUR:
+            if cookie != 0:
+                raise io.UnsupportedOperation("can't do nonzero cur-relative seeks")
+            cookie = await self.tell()
+            whence = os.SEEK_SET
+        elif whence == os.SEEK_END:
+            if cookie != 0:
+                raise io.UnsupportedOperation("can't do nonzero end-relative seeks")
+        elif cookie < 0:
+            raise ValueError(f"negative seek position {cookie}")
+        self._reset()
+        return await self.buffer.seek(cookie, whence)
+
+    async def truncate(self, size: int | None = None) -> int:
+        if size is None:
+            size = await self.tell()
+        return await self.buffer.truncate(size)
+
+    async def flush(self) -> None:
+        await self.buffer.flush()
+
+    async def fsync(self) -> None:
+        await self.buffer.fsync()
+
+    async def fdatasync(self) -> None:
+        await self.buffer.fdatasync()
+
+    async def close(self) -> None:
+        await self.buffer.close()
+
+    async def __aenter__(self) -> AsyncTextFile:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<uringkit.aio.AsyncTextFile name={self.name!r} mode={self.mode!r} "
+            f"encoding={self.encoding!r}>"
+        )

@@ -1,0 +1,218 @@
+"""Differential tests: the same operations through uringkit.aio, through aiofiles and
+through the sync stdlib must give the same contents, positions and exceptions."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from uringkit import aio
+
+aiofiles = pytest.importorskip("aiofiles")
+
+BINARY = b"first line\nsecond\r\nthird\rfourth" + bytes(range(256)) * 300 + b"\nlast"
+TEXT = "héllo wörld\nzweite Zeile\r\ndritte\rvierte\n" + "ñ" * 70000 + "\nend"
+
+
+def sync_script(path: Path, mode_r: str, **kw: Any) -> list[Any]:
+    out: list[Any] = []
+    with open(path, mode_r, **kw) as f:
+        out.append(f.read(5))
+        out.append(f.tell())
+        out.append(f.readline())
+        out.append(f.readline(3))
+        out.append(f.readlines()[:3])
+        out.append(f.tell())
+        out.append(f.seek(0))
+        out.append(f.read())
+        out.append(f.read())
+    with open(path, mode_r, **kw) as f:
+        out.append(list(f))
+    return out
+
+
+async def async_script(opener: Callable[..., Any], path: Path, mode_r: str, **kw: Any) -> list[Any]:
+    out: list[Any] = []
+    async with opener(path, mode_r, **kw) as f:
+        out.append(await f.read(5))
+        out.append(await f.tell())
+        out.append(await f.readline())
+        out.append(await f.readline(3))
+        out.append((await f.readlines())[:3])
+        out.append(await f.tell())
+        out.append(await f.seek(0))
+        out.append(await f.read())
+        out.append(await f.read())
+    async with opener(path, mode_r, **kw) as f:
+        out.append([line async for line in f])
+    return out
+
+
+class _Opener:
+    """aio.open is a coroutine returning the file; make it usable with `async with`."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        self.a, self.kw = a, kw
+
+    async def __aenter__(self) -> Any:
+        self.f = await aio.open(*self.a, **self.kw)
+        return self.f
+
+    async def __aexit__(self, *e: object) -> None:
+        await self.f.close()
+
+
+def ours(*a: Any, **kw: Any) -> Any:
+    return _Opener(*a, **kw)
+
+
+def test_binary_reads(tmp_path: Path, run: Any) -> None:
+    p = tmp_path / "b.bin"
+    p.write_bytes(BINARY)
+    want = sync_script(p, "rb")
+    assert run(lambda: async_script(ours, p, "rb")) == want
+    assert run(lambda: async_script(aiofiles.open, p, "rb")) == want
+
+
+@pytest.mark.parametrize("newline", [None, "", "\n", "\r\n"])
+def test_text_reads(tmp_path: Path, run: Any, newline: str | None) -> None:
+    p = tmp_path / "t.txt"
+    p.write_bytes(TEXT.encode("utf-8"))
+    want = sync_script(p, "r", encoding="utf-8", newline=newline)
+    got = run(lambda: async_script(ours, p, "r", encoding="utf-8", newline=newline))
+    assert got == want
+    assert (
+        run(lambda: async_script(aiofiles.open, p, "r", encoding="utf-8", newline=newline)) == want
+    )
+
+
+async def _writes(opener: Callable[..., Any], path: Path) -> list[Any]:
+    out: list[Any] = []
+    async with opener(path, "wb") as f:
+        out.append(await f.write(b"0123456789"))
+        out.append(await f.tell())
+        out.append(await f.seek(3))
+        out.append(await f.write(b"abc"))
+        out.append(await f.tell())
+        await f.writelines([b"X", b"Y"])
+        out.append(await f.seek(0, os.SEEK_END))
+        out.append(await f.truncate(8))
+        await f.flush()
+    async with opener(path, "ab") as f:
+        out.append(await f.write(b"+tail"))
+        out.append(await f.tell())
+    async with opener(path, "r+b") as f:
+        out.append(await f.read(2))
+        out.append(await f.write(b"__"))
+        out.append(await f.tell())
+    async with opener(path, "w", encoding="utf-8") as f:
+        out.append(await f.write("ünïcode\nline two\n"))
+    async with opener(path, "a", encoding="utf-8") as f:
+        out.append(await f.write("appended\n"))
+    out.append(path.read_bytes())
+    return out
+
+
+def _writes_sync(path: Path) -> list[Any]:
+    out: list[Any] = []
+    with open(path, "wb") as f:
+        out.append(f.write(b"0123456789"))
+        out.append(f.tell())
+        out.append(f.seek(3))
+        out.append(f.write(b"abc"))
+        out.append(f.tell())
+        f.writelines([b"X", b"Y"])
+        out.append(f.seek(0, os.SEEK_END))
+        out.append(f.truncate(8))
+        f.flush()
+    with open(path, "ab") as f:
+        out.append(f.write(b"+tail"))
+        out.append(f.tell())
+    with open(path, "r+b") as f:
+        out.append(f.read(2))
+        out.append(f.write(b"__"))
+        out.append(f.tell())
+    with open(path, "w", encoding="utf-8") as f:
+        out.append(f.write("ünïcode\nline two\n"))
+    with open(path, "a", encoding="utf-8") as f:
+        out.append(f.write("appended\n"))
+    out.append(path.read_bytes())
+    return out
+
+
+def test_writes(tmp_path: Path, run: Any) -> None:
+    want = _writes_sync(tmp_path / "s")
+    assert run(lambda: _writes(ours, tmp_path / "o")) == want
+    assert run(lambda: _writes(aiofiles.open, tmp_path / "a")) == want
+
+
+def _exc(fn: Callable[[], Any]) -> tuple[type, int | None] | None:
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return type(e), getattr(e, "errno", None)
+    return None
+
+
+async def _aexc(coro: Any) -> tuple[type, int | None] | None:
+    try:
+        await coro
+    except Exception as e:  # noqa: BLE001
+        return type(e), getattr(e, "errno", None)
+    return None
+
+
+CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("missing", "r", {}),
+    ("dir", "r", {}),
+    ("exists", "x", {}),
+    ("exists", "rw", {}),
+    ("exists", "rt+b", {}),
+    ("exists", "rb", {"encoding": "utf-8"}),
+    ("exists", "r", {"newline": "x"}),
+    ("missing", "rb", {}),
+]
+
+
+@pytest.mark.parametrize(("which", "mode", "kw"), CASES)
+def test_open_errors(tmp_path: Path, run: Any, which: str, mode: str, kw: dict[str, Any]) -> None:
+    (tmp_path / "exists").write_text("x")
+    (tmp_path / "dir").mkdir()
+    p = tmp_path / which
+    want = _exc(lambda: open(p, mode, **kw).close())
+    assert want is not None
+
+    async def both() -> tuple[Any, Any]:
+        return (await _aexc(aio.open(p, mode, **kw)), await _aexc(aiofiles.open(p, mode, **kw)))
+
+    got_ours, got_aiofiles = run(both)
+    assert got_ours == want
+    assert got_aiofiles == want
+
+
+def test_wrong_direction_and_closed(tmp_path: Path, run: Any) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(b"data")
+
+    async def go() -> list[Any]:
+        out = []
+        f = await aio.open(p, "rb")
+        out.append(await _aexc(f.write(b"x")))
+        await f.close()
+        out.append(await _aexc(f.read()))
+        g = await aio.open(p, "wb")
+        out.append(await _aexc(g.read()))
+        out.append(await _aexc(g.write("text")))
+        await g.close()
+        return out
+
+    got = run(go)
+    assert got[0][0] is io.UnsupportedOperation
+    assert got[1][0] is ValueError
+    assert got[2][0] is io.UnsupportedOperation
+    assert got[3][0] is TypeError

@@ -1,0 +1,123 @@
+"""uringkit.aio.os against os and aiofiles.os: same results, same exceptions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from uringkit import aio
+
+aiofiles_os = pytest.importorskip("aiofiles.os")
+
+
+async def _aexc(coro: Any) -> Any:
+    try:
+        return await coro
+    except OSError as e:
+        return (type(e), e.errno, e.filename and os.fsdecode(e.filename))
+
+
+def test_stat_matches(tmp_path: Path, run: Any) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 1234)
+    os.symlink(p, tmp_path / "l")
+    want = os.stat(p)
+    lwant = os.stat(tmp_path / "l", follow_symlinks=False)
+
+    async def go() -> Any:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            return (
+                await aio.os.stat(p),
+                await aio.os.stat(tmp_path / "l", follow_symlinks=False),
+                await aio.os.stat(fd),
+            )
+        finally:
+            os.close(fd)
+
+    st, lst, fst = run(go)
+    for got in (st, fst):
+        assert tuple(got) == tuple(want)
+        assert got.st_mtime_ns == want.st_mtime_ns and got.st_blocks == want.st_blocks
+        assert got.st_atime == want.st_atime
+    assert tuple(lst) == tuple(lwant)
+
+
+def test_namespace_ops(tmp_path: Path, run: Any) -> None:
+    d = tmp_path
+
+    async def go() -> list[Any]:
+        out: list[Any] = []
+        await aio.os.mkdir(d / "sub")
+        out.append(await aio.os.path.isdir(d / "sub"))
+        (d / "sub" / "a").write_text("A")
+        await aio.os.rename(d / "sub" / "a", d / "sub" / "b")
+        out.append(sorted(await aio.os.listdir(d / "sub")))
+        await aio.os.link(d / "sub" / "b", d / "sub" / "hard")
+        await aio.os.symlink("b", d / "sub" / "soft")
+        out.append(await aio.os.readlink(d / "sub" / "soft"))
+        out.append(await aio.os.path.islink(d / "sub" / "soft"))
+        out.append(await aio.os.path.isfile(d / "sub" / "soft"))
+        out.append(await aio.os.path.getsize(d / "sub" / "hard"))
+        out.append(await aio.os.path.samefile(d / "sub" / "b", d / "sub" / "hard"))
+        (d / "sub" / "c").write_text("C")
+        await aio.os.replace(d / "sub" / "c", d / "sub" / "b")
+        out.append((d / "sub" / "b").read_text())
+        for n in ("b", "soft", "hard"):
+            await aio.os.remove(d / "sub" / n)
+        await aio.os.rmdir(d / "sub")
+        out.append(await aio.os.path.exists(d / "sub"))
+        out.append([e.name for e in await aio.os.scandir(d)])
+        await aio.os.makedirs(d / "x" / "y")
+        out.append(await aio.os.access(d / "x" / "y", os.W_OK))
+        out.append((await aio.os.statvfs(d)).f_bsize > 0)
+        return out
+
+    assert run(go) == [True, ["b"], "b", True, True, 1, True, "C", False, [], True, True]
+
+
+@pytest.mark.parametrize(
+    "op", ["stat", "remove", "rmdir", "mkdir", "rename", "link", "symlink", "unlink"]
+)
+def test_errors_match(tmp_path: Path, run: Any, op: str) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    args: dict[str, tuple[Any, ...]] = {
+        "stat": (tmp_path / "missing",),
+        "remove": (tmp_path / "missing",),
+        "unlink": (tmp_path / "dir",),
+        "rmdir": (tmp_path / "file",),
+        "mkdir": (tmp_path / "dir",),
+        "rename": (tmp_path / "missing", tmp_path / "other"),
+        "link": (tmp_path / "missing", tmp_path / "other"),
+        "symlink": ("file", tmp_path / "file"),
+    }
+    a = args[op]
+    try:
+        getattr(os, op)(*a)
+        raise AssertionError("expected an error")
+    except OSError as e:
+        want = (type(e), e.errno, e.filename and os.fsdecode(e.filename))
+
+    async def go() -> Any:
+        return (await _aexc(getattr(aio.os, op)(*a)), await _aexc(getattr(aiofiles_os, op)(*a)))
+
+    ours, theirs = run(go)
+    assert ours == want
+    assert theirs == want
+
+
+def test_path_helpers_missing(tmp_path: Path, run: Any) -> None:
+    async def go() -> list[bool]:
+        m = tmp_path / "nope"
+        return [
+            await aio.os.path.exists(m),
+            await aio.os.path.isfile(m),
+            await aio.os.path.isdir(m),
+            await aio.os.path.islink(m),
+        ]
+
+    assert run(go) == [False, False, False, False]

@@ -1,0 +1,182 @@
+"""What only a real ring integration has to get right: batching, cancellation, loop close,
+leaked fds, batched ranges, O_DIRECT."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from uringkit import aio
+from uringkit.aio._backend import RingBackend, get_backend
+
+
+def nfds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_many_reads_share_one_submit(tmp_path: Path, run: Any, engine: str) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(1 << 20)
+    p.write_bytes(data)
+    os.posix_fadvise(os.open(p, os.O_RDONLY), 0, 0, os.POSIX_FADV_DONTNEED)
+
+    async def go() -> Any:
+        f = await aio.open(p, "rb")
+        b = get_backend()
+        before = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+        got = await asyncio.gather(*(f.read_at(4096, i * 4096) for i in range(64)))
+        after = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+        await f.close()
+        return got, after - before
+
+    got, submits = run(go)
+    assert got == [data[i * 4096 : (i + 1) * 4096] for i in range(64)]
+    if engine == "io_uring":
+        assert submits <= 8, f"{submits} io_uring_enter calls for 64 reads queued together"
+
+
+def test_cancel_read_keeps_loop_healthy(tmp_path: Path, ring_run: Any) -> None:
+    """Only a ring can take back a read that is waiting for data: a read blocked in a pool
+    thread keeps running after its task is cancelled and eats the next data."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    async def go() -> Any:
+        f = await aio.open(os.open(fifo, os.O_RDWR), "rb", closefd=True)
+        t = asyncio.ensure_future(f.read(10))
+        await asyncio.sleep(0.05)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        # the loop and the file still work after the cancellation
+        w = os.open(fifo, os.O_WRONLY)
+        os.write(w, b"after")
+        got = await asyncio.wait_for(f.read(5), 5)
+        os.close(w)
+        await f.close()
+        return got
+
+    assert ring_run(go) == b"after"
+
+
+def test_cancelled_open_leaks_no_fd(tmp_path: Path, run: Any, engine: str) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+
+    async def go() -> int:
+        await aio.os.stat(p)  # backend and executor warmed up
+        before = nfds()
+        for _ in range(50):
+            t = asyncio.ensure_future(aio.open(p, "rb"))
+            await asyncio.sleep(0)  # the open is queued (ring) or running (thread)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+        await asyncio.sleep(0.2)  # opens that completed after their callers left
+        return nfds() - before
+
+    assert run(go) == 0
+
+
+def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import PROBED
+
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    monkeypatch.setenv("URINGKIT_ENGINE", "io_uring")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)
+    loop = asyncio.new_event_loop()
+
+    async def start() -> asyncio.Task[Any]:
+        f = await aio.open(fd, "rb", closefd=False)
+        t = asyncio.ensure_future(f.read(4))
+        await asyncio.sleep(0.05)
+        return t
+
+    t = loop.run_until_complete(start())
+    loop.close()  # cancels the read, waits for its completion, frees nothing early
+    os.write(fd, b"late")
+    assert os.read(fd, 4) == b"late"
+    os.close(fd)
+    assert not t.done() or t.cancelled()
+
+
+def test_read_many_and_write_many(tmp_path: Path, run: Any) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(200_000)
+    p.write_bytes(data)
+    ranges = [(0, 10), (199_990, 100), (4096 * 7, 4096), (300_000, 5), (12345, 0)]
+
+    async def go() -> Any:
+        got = await aio.read_many(p, ranges)
+        async with await aio.open(p, "rb") as f:
+            got2 = await aio.read_many(f, ranges[:2])
+        n = await aio.write_many(tmp_path / "w", [(10, b"world"), (0, b"hello")])
+        return got, got2, n
+
+    got, got2, n = run(go)
+    assert got == [data[o : o + ln] for o, ln in ranges]
+    assert got2 == got[:2]
+    assert n == [5, 5]
+    assert (tmp_path / "w").read_bytes() == b"hello" + b"\0" * 5 + b"world"
+
+
+def test_direct_aligned_and_misaligned(tmp_path: Path, run: Any) -> None:
+    p = tmp_path / "d"
+    data = os.urandom(1 << 16)
+    p.write_bytes(data)
+    try:
+        os.close(os.open(p, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT here: {e}")
+
+    async def go() -> Any:
+        async with await aio.open(p, "rb", direct=True) as f:
+            ok = await f.read_at(8192, 4096)
+            try:
+                await f.read_at(100, 3)
+            except OSError as e:
+                return ok, e
+        raise AssertionError("misaligned O_DIRECT read succeeded")
+
+    ok, err = run(go)
+    assert ok == data[4096 : 4096 + 8192]
+    assert err.errno == errno.EINVAL and "align" in str(err)
+
+
+def test_fsync_fdatasync_fallocate(tmp_path: Path, run: Any) -> None:
+    async def go() -> int:
+        async with await aio.open(tmp_path / "s", "wb") as f:
+            await f.write(b"x" * 100)
+            await f.fsync()
+            await f.fdatasync()
+            await f.fallocate(1 << 20)
+        return os.path.getsize(tmp_path / "s")
+
+    assert run(go) == 1 << 20
+
+
+def test_many_concurrent_tasks(tmp_path: Path, run: Any) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(1 << 20)
+    p.write_bytes(data)
+
+    async def go() -> bool:
+        async with await aio.open(p, "rb") as f:
+            sem = asyncio.Semaphore(64)
+
+            async def one(i: int) -> bool:
+                async with sem:
+                    off = (i * 7919 % 256) * 4096
+                    return await f.read_at(4096, off) == data[off : off + 4096]
+
+            return all(await asyncio.gather(*(one(i) for i in range(2000))))
+
+    assert run(go)
