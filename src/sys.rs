@@ -62,6 +62,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_syscalls, m)?)?;
     m.add_function(wrap_pyfunction!(dio_alignment, m)?)?;
     m.add_function(wrap_pyfunction!(libaio_check, m)?)?;
+    m.add_function(wrap_pyfunction!(pread_nowait, m)?)?;
+    m.add_function(wrap_pyfunction!(pread_nowait_many, m)?)?;
     Ok(())
 }
 
@@ -79,4 +81,89 @@ fn libaio_check() -> i32 {
     // SAFETY: ctx is the context io_setup just created.
     unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
     0
+}
+
+const RWF_NOWAIT: i32 = 0x8;
+
+fn preadv2_nowait(fd: i32, buf: *mut u8, len: usize, offset: i64) -> isize {
+    let iov = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    };
+    // SAFETY: iov describes `len` writable bytes at `buf`, owned by the caller for the call.
+    unsafe { libc::preadv2(fd, &iov, 1, offset, RWF_NOWAIT) }
+}
+
+/// `preadv2(fd, n, offset, RWF_NOWAIT)`: the bytes if the page cache has them (possibly
+/// fewer at end of file), or None when the read would have to wait for the disk. The
+/// fast path of `uringkit.aio`: a page-cache hit needs no ring round trip. Never use it on
+/// O_DIRECT files (there the read is done synchronously). `offset=-1` reads at the file
+/// position.
+#[pyfunction]
+fn pread_nowait<'py>(
+    py: Python<'py>,
+    fd: i32,
+    n: usize,
+    offset: i64,
+) -> PyResult<Option<Bound<'py, pyo3::types::PyBytes>>> {
+    let mut got: isize = 0;
+    let b = pyo3::types::PyBytes::new_with(py, n, |buf: &mut [u8]| {
+        got = preadv2_nowait(fd, buf.as_mut_ptr(), n, offset);
+        Ok(())
+    })?;
+    if got < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => Ok(None),
+            Some(code) => Err(crate::convert::os_error(
+                code,
+                crate::convert::strerror(code),
+            )),
+            None => Ok(None),
+        };
+    }
+    let got = got as usize;
+    if got == n {
+        Ok(Some(b))
+    } else if got == 0 && n > 0 {
+        // 0 means end of file: RWF_NOWAIT answers EAGAIN, not 0, for uncached data.
+        Ok(Some(pyo3::types::PyBytes::new(py, b"")))
+    } else {
+        Ok(Some(pyo3::types::PyBytes::new(py, &b.as_bytes()[..got])))
+    }
+}
+
+/// RWF_NOWAIT reads of many ranges into consecutive parts of `buf` (range i at the sum of
+/// the lengths before it). Returns each result: bytes read (0 = end of file), or -EAGAIN
+/// for data not in the page cache (read those through the ring).
+#[pyfunction]
+fn pread_nowait_many(
+    fd: i32,
+    buf: &Bound<'_, PyAny>,
+    ranges: Vec<(i64, usize)>,
+) -> PyResult<Vec<i64>> {
+    let pb = crate::convert::writable_buffer(buf, "buf")?;
+    let total: usize = ranges.iter().map(|r| r.1).sum();
+    if pb.len_bytes() < total {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "buf holds {} bytes; the ranges need {total}",
+            pb.len_bytes()
+        )));
+    }
+    let base = pb.buf_ptr() as *mut u8;
+    let mut at = 0usize;
+    let mut out = Vec::with_capacity(ranges.len());
+    for (off, len) in ranges {
+        // SAFETY: at + len <= total <= the buffer's length (checked above).
+        let r = preadv2_nowait(fd, unsafe { base.add(at) }, len, off);
+        out.push(if r < 0 {
+            -(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO) as i64)
+        } else {
+            r as i64
+        });
+        at += len;
+    }
+    Ok(out)
 }

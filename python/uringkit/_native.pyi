@@ -23,6 +23,8 @@ __all__ = [
     "libaio_check",
     "memlock_limit",
     "op_table",
+    "pread_nowait",
+    "pread_nowait_many",
     "run_job",
     "seccomp_mode",
 ]
@@ -617,3 +619,7 @@ def run_job(
     progress: Callable[[int, int, float, bool], bool | None] | None = None,
     interval: float = 0.5,
 ) -> dict[str, Any]: ...
+def pread_nowait(fd: int, n: int, offset: int) -> bytes | None: ...
+def pread_nowait_many(
+    fd: int, buf: _BufferProtocol, ranges: list[tuple[int, int]]
+) -> list[int]: ...

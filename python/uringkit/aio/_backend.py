@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .._native import Completion, Ring
+from .._native import Completion, Ring, pread_nowait, pread_nowait_many
 from ..engines import choose_engine
 
 RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
@@ -101,11 +101,19 @@ class ThreadBackend:
     async def close(self, fd: int) -> None:
         await self.run(os.close, fd)
 
-    async def pread(self, fd: int, n: int, offset: int) -> bytes:
+    async def pread(self, fd: int, n: int, offset: int, nowait: bool = True) -> bytes:
+        if nowait and n > 0:
+            hit = pread_nowait(fd, n, offset)
+            if hit is not None and (len(hit) == n or not hit):
+                return hit
         return await self.run(_pread_full, fd, n, offset)  # type: ignore[no-any-return]
 
-    async def preadinto(self, fd: int, buf: Any, offset: int) -> int:
+    async def preadinto(self, fd: int, buf: Any, offset: int, nowait: bool = True) -> int:
         return await self.run(_preadinto_full, fd, buf, offset)  # type: ignore[no-any-return]
+
+    async def read_direct(self, fd: int, buf: Any, n: int, offset: int) -> int:
+        view = memoryview(buf)[:n]
+        return await self.run(_preadinto_full, fd, view, offset)  # type: ignore[no-any-return]
 
     async def pwrite(self, fd: int, data: Any, offset: int) -> int:
         return await self.run(_pwrite_full, fd, data, offset)  # type: ignore[no-any-return]
@@ -203,14 +211,6 @@ class RingBackend:
             else:
                 fut.set_result(c)
 
-    def _cancel_cb(self, ud: int) -> Callable[[asyncio.Future[Completion]], None]:
-        def cb(fut: asyncio.Future[Completion]) -> None:
-            if fut.cancelled() and ud in self.waiting and not self.closed:
-                self.ring.cancel(ud)
-                self._schedule()
-
-        return cb
-
     def _schedule(self) -> None:
         if not self.flush_pending:
             self.flush_pending = True
@@ -220,17 +220,26 @@ class RingBackend:
         self, queue: Callable[[int], None], orphan: Callable[[Completion], None] | None = None
     ) -> Completion:
         """Queue one SQE (via `queue(user_data)`), submit with this iteration's batch,
-        and wait for its completion."""
+        and wait for its completion. If the awaiting task is cancelled, the SQE is
+        cancelled too; its memory stays with the ring until the completion arrives, and
+        `orphan(completion)` then cleans up what nobody will use (an opened fd)."""
         if self.closed:
             raise RuntimeError("the event loop's ring is closed")
         ud = self.next_ud
-        self.next_ud += 1
+        self.next_ud = ud + 1
         queue(ud)
         fut: asyncio.Future[Completion] = self.loop.create_future()
         self.waiting[ud] = (fut, orphan)
-        fut.add_done_callback(self._cancel_cb(ud))
-        self._schedule()
-        return await fut
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.loop.call_soon(self._flush)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if ud in self.waiting and not self.closed:
+                self.ring.cancel(ud)
+                self._schedule()
+            raise
 
     def shutdown(self) -> None:
         """Cancel what is in flight and wait for it (the ring does), then release."""
@@ -272,11 +281,11 @@ class RingBackend:
         if c.res < 0:
             raise _oserror(c.res, "close")
 
-    async def preadinto(self, fd: int, buf: Any, offset: int) -> int:
+    async def preadinto(self, fd: int, buf: Any, offset: int, nowait: bool = True) -> int:
         mv = memoryview(buf).cast("B")
         total = len(mv)
         done = 0
-        if RWF_NOWAIT and total:
+        if nowait and RWF_NOWAIT and total:
             try:
                 done = os.preadv(fd, [mv], offset, RWF_NOWAIT)
             except BlockingIOError:
@@ -284,10 +293,12 @@ class RingBackend:
             except OSError as e:
                 if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.EAGAIN):
                     raise
+                done = -1
+            if done == total or done == 0:
+                return done  # all of it, or end of file (uncached data is EAGAIN, not 0)
+            if done < 0:
                 done = 0
-            if done == total:
-                return done
-            if done and offset >= 0 and _at_eof(fd, offset + done):
+            elif offset >= 0 and _at_eof(fd, offset + done):
                 return done
         while done < total:
             off = -1 if offset < 0 else offset + done
@@ -303,11 +314,26 @@ class RingBackend:
             done += c.res
         return done
 
-    async def pread(self, fd: int, n: int, offset: int) -> bytes:
+    async def read_direct(self, fd: int, buf: Any, n: int, offset: int) -> int:
+        """One read into an aligned buffer (O_DIRECT), no page-cache fast path."""
+        ring = self.ring
+        c = await self.op(lambda ud: ring.read(fd, buf, offset, nbytes=n, user_data=ud))
+        if c.res < 0:
+            raise OSError(-c.res, c.message or os.strerror(-c.res))
+        if 0 < c.res < n:
+            rest = memoryview(buf)[c.res : n]
+            return c.res + await self.preadinto(fd, rest, offset + c.res, nowait=False)
+        return c.res
+
+    async def pread(self, fd: int, n: int, offset: int, nowait: bool = True) -> bytes:
         if n <= 0:
             return b""
+        if nowait:
+            hit = pread_nowait(fd, n, offset)
+            if hit is not None and (len(hit) == n or not hit):
+                return hit
         buf = bytearray(n)
-        got = await self.preadinto(fd, buf, offset)
+        got = await self.preadinto(fd, buf, offset, nowait=False)
         # (no resizing: a completion may still reference a view of buf)
         return bytes(buf) if got == n else bytes(buf[:got])
 
@@ -341,11 +367,40 @@ class RingBackend:
             raise _oserror(c.res, "fallocate")
 
     async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Every range in one batch of SQEs (one submit), short reads completed."""
+        """Page-cache hits inline (one native call for all ranges), the rest in one batch
+        of SQEs (one submit); short reads completed."""
+        ranges = list(ranges)
+        big = bytearray(sum(n for _, n in ranges))
+        res = pread_nowait_many(fd, big, ranges)
+        out: list[bytes | None] = []
+        misses = []
+        at = 0
+        for i, ((off, n), r) in enumerate(zip(ranges, res, strict=True)):
+            if r == n or r == 0:
+                out.append(bytes(big[at : at + r]) if r else b"")
+            elif r > 0 and _at_eof(fd, off + r):
+                out.append(bytes(big[at : at + r]))
+            else:
+                out.append(None)
+                misses.append((i, off, n))
+            at += n
+        if misses:
+            bufs = [bytearray(n) for _, _, n in misses]
+            got = await asyncio.gather(
+                *(
+                    self.preadinto(fd, b, off, nowait=False)
+                    for (_, off, _), b in zip(misses, bufs, strict=True)
+                )
+            )
+            for (i, _, n), b, g in zip(misses, bufs, got, strict=True):
+                out[i] = bytes(b) if g == n else bytes(b[:g])
+        return out  # type: ignore[return-value]
+
+    async def _read_many_ring(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         bufs = [bytearray(n) for _, n in ranges]
         futs = []
         for (off, _n), b in zip(ranges, bufs, strict=True):
-            futs.append(asyncio.ensure_future(self.preadinto(fd, b, off)))
+            futs.append(asyncio.ensure_future(self.preadinto(fd, b, off, nowait=False)))
         got = await asyncio.gather(*futs)
         return [bytes(b) if g == len(b) else bytes(b[:g]) for b, g in zip(bufs, got, strict=True)]
 

@@ -68,6 +68,7 @@ class AsyncFile:
             self._stream = True
             self._pos = 0
         self._buf = b""  # read-ahead for readline/iteration
+        self._pool: dict[int, list[AlignedBuffer]] = {}
         self._buf_at = 0
         self.closed = False
 
@@ -132,7 +133,9 @@ class AsyncFile:
             rest = 0 if self._stream else max(0, os.fstat(self._fd).st_size - self._pos)
             parts = [head]
             while True:
-                chunk: bytes = await self._b.pread(self._fd, max(rest, CHUNK), self._at(self._pos))
+                chunk: bytes = await self._b.pread(
+                    self._fd, max(rest, CHUNK), self._at(self._pos), not self._direct
+                )
                 if not chunk:
                     break
                 parts.append(chunk)
@@ -142,7 +145,9 @@ class AsyncFile:
         head = self._from_buf(size)
         if len(head) == size:
             return head
-        data: bytes = await self._b.pread(self._fd, size - len(head), self._at(self._pos))
+        data: bytes = await self._b.pread(
+            self._fd, size - len(head), self._at(self._pos), not self._direct
+        )
         self._pos += len(data)
         return head + data if head else data
 
@@ -157,7 +162,9 @@ class AsyncFile:
         mv[: len(head)] = head
         if len(head) == len(mv):
             return len(head)
-        n: int = await self._b.preadinto(self._fd, mv[len(head) :], self._at(self._pos))
+        n: int = await self._b.preadinto(
+            self._fd, mv[len(head) :], self._at(self._pos), not self._direct
+        )
         self._pos += n
         return len(head) + n
 
@@ -170,7 +177,7 @@ class AsyncFile:
             self._buf = b""
             self._buf_at = self._pos
         at = self._buf_at + len(self._buf)
-        data = await self._b.pread(self._fd, CHUNK, self._at(at))
+        data = await self._b.pread(self._fd, CHUNK, self._at(at), not self._direct)
         if not data:
             return False
         start = self._pos - self._buf_at
@@ -294,12 +301,14 @@ class AsyncFile:
         self._check("r")
         if self._direct:
             return await self._direct_read(n, offset)
-        return await self._b.pread(self._fd, n, offset)  # type: ignore[no-any-return]
+        return await self._b.pread(self._fd, n, offset, True)  # type: ignore[no-any-return]
 
     async def readinto_at(self, buf: Any, offset: int) -> int:
         self._check("r")
         try:
-            return await self._b.preadinto(self._fd, buf, offset)  # type: ignore[no-any-return]
+            return await self._b.preadinto(  # type: ignore[no-any-return]
+                self._fd, buf, offset, nowait=not self._direct
+            )
         except OSError as e:
             if not self._direct:
                 raise
@@ -317,12 +326,17 @@ class AsyncFile:
             raise _explain_direct(e, len(memoryview(data)), offset) from None
 
     async def _direct_read(self, n: int, offset: int) -> bytes:
-        buf = AlignedBuffer(max(n, 1))
+        # Aligned buffers are reused: creating one is an mmap + page fault + munmap.
+        pool = self._pool.setdefault(n, [])
+        buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
         try:
-            got = await self._b.preadinto(self._fd, memoryview(buf)[:n], offset)
+            got = await self._b.read_direct(self._fd, buf, n, offset)
         except OSError as e:
             raise _explain_direct(e, n, offset) from None
-        return bytes(memoryview(buf)[:got])
+        data = bytes(memoryview(buf)[:got])
+        if len(pool) < 256:
+            pool.append(buf)
+        return data
 
     # ----- lifecycle -----------------------------------------------------------------------
 

@@ -50,11 +50,11 @@ def command(job: Job) -> list[str]:
     if n["rw"] in ("rw", "randrw"):
         args.append(f"--rwmixread={n['rwmixread']}")
     if n["runtime"]:
-        args.append(f"--runtime={n['runtime']}")
+        args.append(f"--runtime={int(n['runtime'] * 1000)}ms")  # fio drops fractions of s
     if n["time_based"]:
         args.append("--time_based=1")
     if n["ramp_time"]:
-        args.append(f"--ramp_time={n['ramp_time']}")
+        args.append(f"--ramp_time={int(n['ramp_time'] * 1000)}ms")
     if n["fsync"]:
         args.append(f"--fsync={n['fsync']}")
     if n["fdatasync"]:

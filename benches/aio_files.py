@@ -1,0 +1,272 @@
+"""uringkit.aio against aiofiles, run_in_executor(os.pread), sync os.pread and the bare
+asyncio scaffolding, in one run.
+
+    python benches/aio_files.py [--size 1g] [--reads 50000] [--dir .] [--loop asyncio|uvloop]
+
+Workloads:
+- random 4 KiB reads of a page-cache-hot file, 64 in flight, as a Task per read (gather
+  over a semaphore) and as 64 long-lived worker tasks;
+- the same with O_DIRECT (uringkit only: no asyncio peer can do O_DIRECT);
+- read_many of 64 ranges per call vs a sync os.pread loop;
+- a sequential 1 MiB-chunk copy, reading 10,000 small files, write+fsync of 1,000 files.
+
+"scaffolding" is the floor: the same task shapes with a blocking os.pread inside — what
+no async library can go below. Prints µs per op and ratios to the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from uringkit import aio
+
+DEPTH = 64
+
+
+def make_file(directory: str, size: int) -> str:
+    fd, path = tempfile.mkstemp(prefix="uringkit-aio-bench-", dir=directory)
+    chunk = os.urandom(1 << 20)
+    done = 0
+    while done < size:
+        done += os.write(fd, chunk[: min(len(chunk), size - done)])
+    os.close(fd)
+    return path
+
+
+def warm(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    while os.read(fd, 1 << 22):
+        pass
+    os.close(fd)
+
+
+async def task_per_read(read: Callable[[int], Awaitable[Any]], offs: list[int]) -> None:
+    sem = asyncio.Semaphore(DEPTH)
+
+    async def one(o: int) -> None:
+        async with sem:
+            await read(o)
+
+    await asyncio.gather(*(one(o) for o in offs))
+
+
+async def workers(read: Callable[[int], Awaitable[Any]], offs: list[int]) -> None:
+    it = iter(offs)
+
+    async def worker() -> None:
+        for o in it:
+            await read(o)
+
+    await asyncio.gather(*(worker() for _ in range(DEPTH)))
+
+
+def timed(loop_kind: str, fn: Callable[[], Awaitable[Any]], n: int, repeat: int = 3) -> float:
+    """Best µs per op over `repeat` runs, each in a fresh event loop."""
+    best = float("inf")
+    for _ in range(repeat):
+
+        async def main() -> float:
+            await aio.os.stat("/")  # create the loop's ring outside the timing
+            t = time.perf_counter()
+            await fn()
+            return time.perf_counter() - t
+
+        if loop_kind == "uvloop":
+            import uvloop
+
+            el = uvloop.run(main())
+        else:
+            el = asyncio.run(main())
+        best = min(best, el * 1e6 / n)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--size", default="1g")
+    ap.add_argument("--reads", type=int, default=50_000)
+    ap.add_argument("--dir", default=".")
+    ap.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"])
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    size = int(a.size[:-1]) * units[a.size[-1].lower()] if a.size[-1].isalpha() else int(a.size)
+    n = a.reads
+    path = make_file(a.dir, size)
+    res: dict[str, float] = {}
+    try:
+        warm(path)
+        rng = random.Random(1)
+        offs = [rng.randrange(size // 4096) * 4096 for _ in range(n)]
+        fd = os.open(path, os.O_RDONLY)
+        L = a.loop
+
+        async def floor_read(o: int) -> bytes:
+            return os.pread(fd, 4096, o)
+
+        for shape_name, shape in (("task", task_per_read), ("workers", workers)):
+            res[f"floor_{shape_name}"] = timed(L, lambda s=shape: s(floor_read, offs), n)
+
+            async def ours_shape(s: Any = shape) -> None:
+                f = await aio.open(path, "rb")
+                await s(lambda o: f.read_at(4096, o), offs)
+                await f.close()
+
+            res[f"uringkit_{shape_name}"] = timed(L, ours_shape, n)
+
+            async def exec_shape(s: Any = shape) -> None:
+                loop = asyncio.get_running_loop()
+                await s(lambda o: loop.run_in_executor(None, os.pread, fd, 4096, o), offs)
+
+            res[f"executor_{shape_name}"] = timed(L, exec_shape, n, repeat=1)
+            try:
+                import aiofiles
+
+                async def aiofiles_shape(s: Any = shape) -> None:
+                    async with aiofiles.open(path, "rb") as f:
+
+                        async def rd(o: int) -> bytes:
+                            await f.seek(o)  # aiofiles has no pread: seek+read
+                            return await f.read(4096)
+
+                        lock = asyncio.Lock()
+
+                        async def locked(o: int) -> bytes:
+                            async with lock:
+                                return await rd(o)
+
+                        await s(locked, offs[: n // 5])
+
+                res[f"aiofiles_{shape_name}"] = timed(L, aiofiles_shape, n // 5, repeat=1)
+            except ImportError:
+                pass
+
+        t = time.perf_counter()
+        for o in offs:
+            os.pread(fd, 4096, o)
+        res["sync_pread"] = (time.perf_counter() - t) * 1e6 / n
+
+        # O_DIRECT, 64 in flight
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+            dn = min(n, 20_000)
+
+            async def direct_workers() -> None:
+                f = await aio.open(path, "rb", direct=True)
+                await workers(lambda o: f.read_at(4096, o), offs[:dn])
+                await f.close()
+
+            us = timed(L, direct_workers, dn, repeat=1)
+            res["uringkit_direct_workers"] = us
+            res["uringkit_direct_iops"] = 1e6 / us
+        except OSError:
+            pass
+
+        # read_many of 64 ranges vs a sync pread loop
+        groups = [offs[i : i + 64] for i in range(0, n - n % 64, 64)]
+
+        async def many() -> None:
+            f = await aio.open(path, "rb")
+            for g in groups:
+                await aio.read_many(f, [(o, 4096) for o in g])
+            await f.close()
+
+        res["read_many64_per_range"] = timed(L, many, len(groups) * 64)
+        t = time.perf_counter()
+        for g in groups:
+            [os.pread(fd, 4096, o) for o in g]
+        res["sync_pread_loop64_per_range"] = (time.perf_counter() - t) * 1e6 / (len(groups) * 64)
+
+        # sequential copy in 1 MiB chunks
+        dst = path + ".copy"
+
+        async def copy() -> None:
+            async with await aio.open(path, "rb") as src, await aio.open(dst, "wb") as out:
+                while True:
+                    chunk = await src.read(1 << 20)
+                    if not chunk:
+                        break
+                    await out.write(chunk)
+
+        res["copy_MiB_per_s"] = (size / (1 << 20)) / (timed(L, copy, 1, repeat=1) / 1e6)
+        os.unlink(dst)
+
+        # small files
+        d = tempfile.mkdtemp(dir=a.dir)
+        names = [os.path.join(d, f"f{i}") for i in range(10_000)]
+        for nm in names:
+            with open(nm, "wb") as fh:
+                fh.write(os.urandom(512))
+
+        async def small() -> None:
+            sem = asyncio.Semaphore(DEPTH)
+
+            async def one(nm: str) -> None:
+                async with sem, await aio.open(nm, "rb") as f:
+                    await f.read()
+
+            await asyncio.gather(*(one(nm) for nm in names))
+
+        res["small_files_us_per_file"] = timed(L, small, len(names), repeat=1)
+        t = time.perf_counter()
+        for nm in names:
+            with open(nm, "rb") as fh:
+                fh.read()
+        res["small_files_sync_us_per_file"] = (time.perf_counter() - t) * 1e6 / len(names)
+
+        async def write_fsync() -> None:
+            sem = asyncio.Semaphore(DEPTH)
+
+            async def one(i: int) -> None:
+                async with sem, await aio.open(os.path.join(d, f"w{i}"), "wb") as f:
+                    await f.write(b"x" * 4096)
+                    await f.fsync()
+
+            await asyncio.gather(*(one(i) for i in range(1000)))
+
+        res["write_fsync_us_per_file"] = timed(L, write_fsync, 1000, repeat=1)
+        t = time.perf_counter()
+        for i in range(1000):
+            with open(os.path.join(d, f"s{i}"), "wb") as fh:
+                fh.write(b"x" * 4096)
+                fh.flush()
+                os.fsync(fh.fileno())
+        res["write_fsync_sync_us_per_file"] = (time.perf_counter() - t) * 1e6 / 1000
+        import shutil
+
+        shutil.rmtree(d)
+        os.close(fd)
+    finally:
+        os.unlink(path)
+    if a.json:
+        json.dump(res, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"loop: {a.loop}; µs per op (lower is better); ratios to the scaffolding floor")
+    for k, v in res.items():
+        extra = ""
+        for shape in ("task", "workers"):
+            if k.endswith("_" + shape) and f"floor_{shape}" in res and not k.startswith("floor"):
+                extra = f"   {v / res[f'floor_{shape}']:.2f}x floor"
+        print(f"  {k:34} {v:10.2f}{extra}")
+    if "read_many64_per_range" in res:
+        print(
+            f"  read_many speed-up vs sync pread loop: "
+            f"{res['sync_pread_loop64_per_range'] / res['read_many64_per_range']:.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
