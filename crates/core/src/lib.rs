@@ -15,3 +15,4 @@ pub use op::FdArg;
 pub use ring::{Done, Ring, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};
 pub mod bench;
 pub mod engine;
+pub mod kv;

@@ -1,0 +1,8 @@
+//! xkv: a crash-safe append-only KV store (MISSION.md §4, seed 003), Bitcask's design.
+
+pub mod append;
+pub mod index;
+pub mod record;
+pub mod store;
+
+pub use store::{Durability, Options, Recovery, Store};

@@ -1,0 +1,165 @@
+//! The on-disk record (docs/kv-format.md).
+//!
+//! ```text
+//! offset size field
+//!      0    4 crc32c   over bytes 4..end of record (rest of header, key, value)
+//!      4    2 magic    0x5856 ("XV")
+//!      6    1 version  1
+//!      7    1 type     1 PUT, 2 DELETE, 3 COMMIT
+//!      8    1 flags    bit 0: part of a batch (visible only once its COMMIT is read)
+//!      9    3 reserved (zero)
+//!     12    4 key_len
+//!     16    8 seq      sequence number (batch members share the batch's seq)
+//!     24    4 val_len  (COMMIT: number of records in the batch)
+//!     28    4 reserved (zero)
+//!     32      key, then value
+//! ```
+
+pub const HEADER: usize = 32;
+pub const MAGIC: u16 = 0x5856;
+pub const VERSION: u8 = 1;
+pub const MAX_KEY: usize = 64 * 1024;
+pub const MAX_VALUE: usize = 64 * 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Put = 1,
+    Delete = 2,
+    Commit = 3,
+}
+
+pub const FLAG_BATCH: u8 = 1;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    pub kind: Kind,
+    pub flags: u8,
+    pub key_len: u32,
+    pub val_len: u32,
+    pub seq: u64,
+}
+
+impl Header {
+    pub fn total(&self) -> usize {
+        let body = match self.kind {
+            Kind::Commit => 0,
+            _ => self.val_len as usize,
+        };
+        HEADER + self.key_len as usize + body
+    }
+}
+
+/// Append one record to `out`.
+pub fn encode(out: &mut Vec<u8>, kind: Kind, flags: u8, seq: u64, key: &[u8], value: &[u8]) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.push(VERSION);
+    out.push(kind as u8);
+    out.push(flags);
+    out.extend_from_slice(&[0u8; 3]);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(key);
+    if kind != Kind::Commit {
+        out.extend_from_slice(value);
+    }
+    let crc = crc32c::crc32c(&out[start + 4..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A COMMIT record closing a batch of `count` records with sequence `seq`.
+pub fn encode_commit(out: &mut Vec<u8>, seq: u64, count: u32) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.push(VERSION);
+    out.push(Kind::Commit as u8);
+    out.push(0);
+    out.extend_from_slice(&[0u8; 3]);
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]);
+    let crc = crc32c::crc32c(&out[start + 4..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Bad {
+    /// Fewer bytes than a header or than the header announces: a torn write.
+    Short,
+    Magic,
+    Version(u8),
+    Kind(u8),
+    Crc,
+    TooBig,
+}
+
+/// Parse the header at the start of `buf` (no CRC check: that needs the whole record).
+pub fn parse_header(buf: &[u8]) -> Result<Header, Bad> {
+    if buf.len() < HEADER {
+        return Err(Bad::Short);
+    }
+    if u16::from_le_bytes([buf[4], buf[5]]) != MAGIC {
+        return Err(Bad::Magic);
+    }
+    if buf[6] != VERSION {
+        return Err(Bad::Version(buf[6]));
+    }
+    let kind = match buf[7] {
+        1 => Kind::Put,
+        2 => Kind::Delete,
+        3 => Kind::Commit,
+        k => return Err(Bad::Kind(k)),
+    };
+    let key_len = u32::from_le_bytes(buf[12..16].try_into().expect("4"));
+    let seq = u64::from_le_bytes(buf[16..24].try_into().expect("8"));
+    let val_len = u32::from_le_bytes(buf[24..28].try_into().expect("4"));
+    if key_len as usize > MAX_KEY || (kind != Kind::Commit && val_len as usize > MAX_VALUE) {
+        return Err(Bad::TooBig);
+    }
+    Ok(Header {
+        kind,
+        flags: buf[8],
+        key_len,
+        val_len,
+        seq,
+    })
+}
+
+/// Check a whole record's CRC.
+pub fn check(rec: &[u8]) -> Result<(), Bad> {
+    if rec.len() < HEADER {
+        return Err(Bad::Short);
+    }
+    let want = u32::from_le_bytes(rec[0..4].try_into().expect("4"));
+    if crc32c::crc32c(&rec[4..]) != want {
+        return Err(Bad::Crc);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip() {
+        let mut v = Vec::new();
+        encode(&mut v, Kind::Put, 0, 7, b"key", b"value");
+        let h = parse_header(&v).unwrap();
+        assert_eq!(h.kind, Kind::Put);
+        assert_eq!(h.seq, 7);
+        assert_eq!(h.total(), v.len());
+        assert!(check(&v).is_ok());
+        v[HEADER] ^= 1;
+        assert_eq!(check(&v), Err(Bad::Crc));
+        let mut c = Vec::new();
+        encode_commit(&mut c, 9, 3);
+        let h = parse_header(&c).unwrap();
+        assert_eq!((h.kind, h.val_len, h.total()), (Kind::Commit, 3, HEADER));
+    }
+}

@@ -1,0 +1,1260 @@
+//! xkv: an append-only, CRC-checked log of segments with an in-memory index (Bitcask's
+//! design), crash-safe recovery, group commit, hint files and online compaction.
+
+use super::append::Appender;
+use super::index::{Index, Loc, TOMBSTONE};
+use super::record::{self, Kind, FLAG_BATCH, HEADER};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// `put` returns once the record is on disk (write linked to fdatasync; concurrent
+    /// writers share fdatasyncs).
+    Sync,
+    /// fdatasync at most every `ms` milliseconds or `bytes` bytes.
+    Batch { ms: u64, bytes: u64 },
+    /// The OS decides.
+    None,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub durability: Durability,
+    pub create: bool,
+    pub repair: bool,
+    pub segment_size: u64,
+    pub use_uring: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Sync,
+            create: true,
+            repair: false,
+            segment_size: 256 << 20,
+            use_uring: true,
+        }
+    }
+}
+
+/// What recovery found.
+#[derive(Clone, Debug, Default)]
+pub struct Recovery {
+    pub segments: usize,
+    pub records: u64,
+    pub from_hints: u64,
+    pub torn_bytes: u64,
+    pub torn_segment: Option<String>,
+    pub skipped: Vec<String>,
+    pub elapsed: Duration,
+}
+
+pub struct Segment {
+    pub fd: i32,
+    pub size: AtomicU64,
+    /// bytes of records no longer referenced by the index
+    pub dead: AtomicU64,
+}
+
+impl Segment {
+    fn new(fd: i32, size: u64, dead: u64) -> Arc<Segment> {
+        Arc::new(Segment {
+            fd,
+            size: AtomicU64::new(size),
+            dead: AtomicU64::new(dead),
+        })
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: fd was opened by us and is closed exactly once.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+struct State {
+    index: Index,
+    segs: BTreeMap<u32, Arc<Segment>>,
+    active: u32,
+    next_id: u32,
+    seq: u64,
+}
+
+struct Commit {
+    pending: Vec<Pending>,
+    leader: bool,
+    next_ticket: u64,
+    done_ticket: u64,
+    failed: Vec<(u64, u64, String)>,
+    appender: Option<Appender>,
+    write_off: u64,
+    unsynced: u64,
+    last_sync: Instant,
+}
+
+struct Pending {
+    ticket: u64,
+    bytes: Vec<u8>,
+    /// (key, kind, val_len, offset of the record within `bytes`)
+    updates: Vec<(Vec<u8>, Kind, u32, u64)>,
+    seq: u64,
+}
+
+pub struct Store {
+    dir: PathBuf,
+    opts: Options,
+    lock_fd: i32,
+    state: RwLock<State>,
+    commit: Mutex<Commit>,
+    commit_cv: Condvar,
+    compacting: Mutex<()>,
+    pub recovery: Recovery,
+}
+
+fn err(kind: io::ErrorKind, msg: String) -> io::Error {
+    io::Error::new(kind, msg)
+}
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| err(io::ErrorKind::InvalidInput, "path contains NUL".into()))
+}
+
+fn open_fd(p: &Path, flags: i32) -> io::Result<i32> {
+    let c = cpath(p)?;
+    // SAFETY: c is a valid path.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(err(e.kind(), format!("{}: {e}", p.display())));
+    }
+    Ok(fd)
+}
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    let fd = open_fd(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    // SAFETY: fd is ours.
+    let r = unsafe { libc::fsync(fd) };
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn pread_exact(fd: i32, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: buf[done..] is writable for its length.
+        let r = unsafe {
+            libc::pread(
+                fd,
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                (off + done as u64) as i64,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            break;
+        }
+        done += r as usize;
+    }
+    Ok(done)
+}
+
+fn seg_name(id: u32) -> String {
+    format!("{id:08}.seg")
+}
+fn hint_name(id: u32) -> String {
+    format!("{id:08}.hint")
+}
+const COMPACT_MARKER: &str = "COMPACTED";
+
+/// A compaction output being written: (id, fd, size, index entries for its hint file).
+type NewSeg = (u32, i32, u64, Vec<(Vec<u8>, Loc)>);
+
+impl Store {
+    pub fn open(dir: &Path, opts: Options) -> io::Result<Store> {
+        let t0 = Instant::now();
+        if !dir.exists() {
+            if !opts.create {
+                return Err(err(
+                    io::ErrorKind::NotFound,
+                    format!("{}: no such store (open with create=True)", dir.display()),
+                ));
+            }
+            fs::create_dir_all(dir)?;
+        }
+        let lock_fd = open_fd(&dir.join("LOCK"), libc::O_RDWR | libc::O_CREAT)?;
+        // SAFETY: flock on our fd; the lock dies with the process.
+        if unsafe { libc::flock(lock_fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            // SAFETY: fd is ours.
+            unsafe { libc::close(lock_fd) };
+            return Err(err(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{} is open for writing by another process (its LOCK is held); only one \
+                     writer at a time — the lock is released when that process exits",
+                    dir.display()
+                ),
+            ));
+        }
+        // Closes the lock (and any segment fd opened so far) if opening fails.
+        struct Guard(Vec<i32>);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                for fd in &self.0 {
+                    // SAFETY: fds we opened and nobody else owns yet.
+                    unsafe { libc::close(*fd) };
+                }
+            }
+        }
+        let mut guard = Guard(vec![lock_fd]);
+        let mut rec = Recovery::default();
+        Self::finish_compaction(dir)?;
+        let mut ids: Vec<u32> = Vec::new();
+        for e in fs::read_dir(dir)? {
+            let name = e?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(id) = name.strip_suffix(".seg").and_then(|s| s.parse().ok()) {
+                ids.push(id);
+            }
+            if name.ends_with(".tmp") {
+                let _ = fs::remove_file(dir.join(&*name));
+            }
+        }
+        ids.sort_unstable();
+        let hinted = |id: u32| dir.join(hint_name(id)).exists();
+        // The segment that was being appended to: the newest one without a hint file
+        // (compaction outputs carry hints and may have higher ids).
+        let newest = ids.iter().rev().copied().find(|&id| !hinted(id));
+        let mut index = Index::new();
+        let mut raw: Vec<(u32, i32, u64)> = Vec::new();
+        let mut seq = 0u64;
+        for &id in &ids {
+            let path = dir.join(seg_name(id));
+            let fd = open_fd(&path, libc::O_RDWR)?;
+            guard.0.push(fd);
+            let (size, s) = match Self::load_hint(dir, id, fd, &mut index) {
+                Some(r) => {
+                    rec.from_hints += 1;
+                    r
+                }
+                None => {
+                    let is_newest = Some(id) == newest;
+                    Self::replay(&path, id, fd, &mut index, is_newest, opts.repair, &mut rec)?
+                }
+            };
+            seq = seq.max(s);
+            raw.push((id, fd, size));
+        }
+        index.purge_tombstones();
+        rec.segments = raw.len();
+        guard.0.clear(); // from here on, Segment owns each fd
+        let mut live: BTreeMap<u32, u64> = BTreeMap::new();
+        for (k, l) in index.iter() {
+            *live.entry(l.seg).or_default() += (HEADER + k.len() + l.val_len as usize) as u64;
+        }
+        let mut segs: BTreeMap<u32, Arc<Segment>> = raw
+            .into_iter()
+            .map(|(id, fd, size)| {
+                let used = live.get(&id).copied().unwrap_or(0);
+                (id, Segment::new(fd, size, size.saturating_sub(used)))
+            })
+            .collect();
+        let max_id = ids.last().copied().unwrap_or(0);
+        let active = match newest {
+            Some(id) if id == max_id => id,
+            _ => {
+                let id = max_id + 1;
+                let fd = match open_fd(&dir.join(seg_name(id)), libc::O_RDWR | libc::O_CREAT) {
+                    Ok(fd) => fd,
+                    Err(e) => {
+                        guard.0.push(lock_fd);
+                        return Err(e);
+                    }
+                };
+                segs.insert(id, Segment::new(fd, 0, 0));
+                fsync_dir(dir)?;
+                id
+            }
+        };
+        let act = segs[&active].clone();
+        let appender = Appender::new(act.fd, opts.use_uring);
+        rec.elapsed = t0.elapsed();
+        let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
+        let act_size = act.size.load(Ordering::Relaxed);
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            lock_fd,
+            state: RwLock::new(State {
+                index,
+                segs,
+                active,
+                next_id,
+                seq,
+            }),
+            commit: Mutex::new(Commit {
+                pending: Vec::new(),
+                leader: false,
+                next_ticket: 0,
+                done_ticket: 0,
+                failed: Vec::new(),
+                appender: Some(appender),
+                write_off: act_size,
+                unsynced: 0,
+                last_sync: Instant::now(),
+            }),
+            commit_cv: Condvar::new(),
+            compacting: Mutex::new(()),
+            recovery: rec,
+            opts,
+        })
+    }
+
+    /// A crash after a compaction wrote its marker: delete the segments it superseded.
+    fn finish_compaction(dir: &Path) -> io::Result<()> {
+        let m = dir.join(COMPACT_MARKER);
+        let Ok(text) = fs::read_to_string(&m) else {
+            return Ok(());
+        };
+        for id in text
+            .split_whitespace()
+            .filter_map(|s| s.parse::<u32>().ok())
+        {
+            let _ = fs::remove_file(dir.join(seg_name(id)));
+            let _ = fs::remove_file(dir.join(hint_name(id)));
+        }
+        fsync_dir(dir)?;
+        fs::remove_file(&m)?;
+        fsync_dir(dir)
+    }
+
+    /// Scan a segment, apply committed records to the index. Returns (valid size, max seq).
+    #[allow(clippy::too_many_arguments)]
+    fn replay(
+        path: &Path,
+        id: u32,
+        fd: i32,
+        index: &mut Index,
+        newest: bool,
+        repair: bool,
+        rec: &mut Recovery,
+    ) -> io::Result<(u64, u64)> {
+        // SAFETY: stat is POD.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is open; st is a valid out pointer.
+        unsafe { libc::fstat(fd, &mut st) };
+        let size = st.st_size as u64;
+        let mut data = vec![0u8; size as usize];
+        let got = pread_exact(fd, &mut data, 0)?;
+        data.truncate(got);
+        let mut off = 0usize;
+        let mut max_seq = 0u64;
+        let mut batch: Vec<(Vec<u8>, Kind, u32, u64, u64)> = Vec::new();
+        let mut batch_start: Option<usize> = None;
+        let mut good_end = 0usize;
+        while off < data.len() {
+            let bad = match record::parse_header(&data[off..]) {
+                Ok(h) => {
+                    let total = h.total();
+                    if off + total > data.len() {
+                        Some("short record".to_string())
+                    } else if record::check(&data[off..off + total]).is_err() {
+                        Some("bad CRC".to_string())
+                    } else {
+                        let key = &data[off + HEADER..off + HEADER + h.key_len as usize];
+                        max_seq = max_seq.max(h.seq);
+                        rec.records += 1;
+                        match h.kind {
+                            Kind::Commit => {
+                                for (k, kind, vl, o, s) in batch.drain(..) {
+                                    Self::apply(index, &k, kind, vl, id, o, s);
+                                }
+                                batch_start = None;
+                                good_end = off + total;
+                            }
+                            kind if h.flags & FLAG_BATCH != 0 => {
+                                batch_start.get_or_insert(off);
+                                batch.push((key.to_vec(), kind, h.val_len, off as u64, h.seq));
+                            }
+                            kind => {
+                                Self::apply(index, key, kind, h.val_len, id, off as u64, h.seq);
+                                good_end = off + total;
+                            }
+                        }
+                        off += total;
+                        None
+                    }
+                }
+                Err(record::Bad::Short) => Some("short record".to_string()),
+                Err(e) => Some(format!("{e:?}")),
+            };
+            if let Some(why) = bad {
+                if newest {
+                    break; // torn tail: truncated below
+                }
+                if !repair {
+                    return Err(err(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: corrupt record at offset {off} ({why}); open with \
+                             repair=True to skip it (what it held is lost)",
+                            path.display()
+                        ),
+                    ));
+                }
+                // resync: the next offset where a valid record starts
+                let start = off;
+                off += 1;
+                while off + HEADER <= data.len() {
+                    if let Ok(h) = record::parse_header(&data[off..]) {
+                        let t = h.total();
+                        if off + t <= data.len() && record::check(&data[off..off + t]).is_ok() {
+                            break;
+                        }
+                    }
+                    off += 1;
+                }
+                rec.skipped.push(format!(
+                    "{}: skipped {} bytes at offset {start} ({why})",
+                    path.display(),
+                    off.min(data.len()) - start
+                ));
+                if off + HEADER > data.len() {
+                    off = data.len();
+                }
+            }
+        }
+        // An incomplete batch or a torn record at the end of the newest segment never
+        // happened: cut the file back to the last complete record.
+        let end = if batch_start.is_some() || off < data.len() {
+            good_end
+        } else {
+            data.len()
+        };
+        if newest && (end as u64) < size {
+            rec.torn_bytes += size - end as u64;
+            rec.torn_segment = Some(path.display().to_string());
+            // SAFETY: fd is open for writing.
+            if unsafe { libc::ftruncate(fd, end as i64) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fd is open.
+            unsafe { libc::fdatasync(fd) };
+        }
+        Ok((end as u64, max_seq))
+    }
+
+    fn apply(
+        index: &mut Index,
+        key: &[u8],
+        kind: Kind,
+        val_len: u32,
+        seg: u32,
+        off: u64,
+        seq: u64,
+    ) {
+        let loc = Loc {
+            seg,
+            val_len: if kind == Kind::Delete {
+                TOMBSTONE
+            } else {
+                val_len
+            },
+            off,
+            seq,
+        };
+        index.put(key, loc, true);
+    }
+
+    fn load_hint(dir: &Path, id: u32, fd: i32, index: &mut Index) -> Option<(u64, u64)> {
+        let data = fs::read(dir.join(hint_name(id))).ok()?;
+        if data.len() < 20 || &data[0..4] != b"XVH1" {
+            return None;
+        }
+        let body = &data[..data.len() - 4];
+        let crc = u32::from_le_bytes(data[data.len() - 4..].try_into().ok()?);
+        if crc32c::crc32c(body) != crc {
+            return None;
+        }
+        let seg_size = u64::from_le_bytes(body[4..12].try_into().ok()?);
+        // SAFETY: stat is POD.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is open.
+        unsafe { libc::fstat(fd, &mut st) };
+        if st.st_size as u64 != seg_size {
+            return None;
+        }
+        let count = u32::from_le_bytes(body[12..16].try_into().ok()?) as usize;
+        let mut at = 16usize;
+        let mut max_seq = 0;
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            let e = body.get(at..at + 24)?;
+            let key_len = u32::from_le_bytes(e[0..4].try_into().ok()?) as usize;
+            let val_len = u32::from_le_bytes(e[4..8].try_into().ok()?);
+            let off = u64::from_le_bytes(e[8..16].try_into().ok()?);
+            let seq = u64::from_le_bytes(e[16..24].try_into().ok()?);
+            let key = body.get(at + 24..at + 24 + key_len)?;
+            entries.push((
+                key,
+                Loc {
+                    seg: id,
+                    val_len,
+                    off,
+                    seq,
+                },
+            ));
+            max_seq = max_seq.max(seq);
+            at += 24 + key_len;
+        }
+        let n = entries.len() as u64;
+        for (k, l) in entries {
+            index.put(k, l, true);
+        }
+        let _ = n;
+        Some((seg_size, max_seq))
+    }
+
+    fn write_hint(&self, id: u32, size: u64, entries: &[(Vec<u8>, Loc)]) -> io::Result<()> {
+        let mut b = Vec::with_capacity(16 + entries.len() * 40);
+        b.extend_from_slice(b"XVH1");
+        b.extend_from_slice(&size.to_le_bytes());
+        b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        for (k, l) in entries {
+            b.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            b.extend_from_slice(&l.val_len.to_le_bytes());
+            b.extend_from_slice(&l.off.to_le_bytes());
+            b.extend_from_slice(&l.seq.to_le_bytes());
+            b.extend_from_slice(k);
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let tmp = self.dir.join(format!("{}.tmp", hint_name(id)));
+        fs::write(&tmp, &b)?;
+        fs::File::open(&tmp)?.sync_all()?;
+        fs::rename(&tmp, self.dir.join(hint_name(id)))?;
+        Ok(())
+    }
+
+    // ----- writes ----------------------------------------------------------------------
+
+    fn check_kv(key: &[u8], value: Option<&[u8]>) -> io::Result<()> {
+        if key.is_empty() || key.len() > record::MAX_KEY {
+            return Err(err(
+                io::ErrorKind::InvalidInput,
+                format!("key must be 1 byte to 64 KiB (got {} bytes)", key.len()),
+            ));
+        }
+        if let Some(v) = value {
+            if v.len() > record::MAX_VALUE {
+                return Err(err(
+                    io::ErrorKind::InvalidInput,
+                    format!("value must be at most 64 MiB (got {} bytes)", v.len()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn put(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        self.write(&[(key, Some(value))], false)
+    }
+
+    pub fn delete(&self, key: &[u8]) -> io::Result<bool> {
+        let existed = self.state.read().expect("state").index.get(key).is_some();
+        self.write(&[(key, None)], false)?;
+        Ok(existed)
+    }
+
+    /// Apply every op atomically: all of them become visible (and durable) or none.
+    pub fn batch(&self, ops: &[(&[u8], Option<&[u8]>)]) -> io::Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.write(ops, ops.len() > 1)
+    }
+
+    fn write(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
+        for (k, v) in ops {
+            Self::check_kv(k, *v)?;
+        }
+        let seq = {
+            let mut st = self.state.write().expect("state");
+            st.seq += 1;
+            st.seq
+        };
+        let mut bytes = Vec::with_capacity(
+            ops.iter()
+                .map(|(k, v)| HEADER + k.len() + v.map(|v| v.len()).unwrap_or(0))
+                .sum::<usize>()
+                + HEADER,
+        );
+        let mut updates = Vec::with_capacity(ops.len());
+        let flags = if atomic { FLAG_BATCH } else { 0 };
+        for (k, v) in ops {
+            let at = bytes.len() as u64;
+            match v {
+                Some(v) => {
+                    record::encode(&mut bytes, Kind::Put, flags, seq, k, v);
+                    updates.push((k.to_vec(), Kind::Put, v.len() as u32, at));
+                }
+                None => {
+                    record::encode(&mut bytes, Kind::Delete, flags, seq, k, b"");
+                    updates.push((k.to_vec(), Kind::Delete, 0, at));
+                }
+            }
+        }
+        if atomic {
+            record::encode_commit(&mut bytes, seq, ops.len() as u32);
+        }
+        self.commit(Pending {
+            ticket: 0,
+            bytes,
+            updates,
+            seq,
+        })
+    }
+
+    /// Group commit: one writer (the leader) writes everyone's pending records with one
+    /// write and one fdatasync; the others wait for their ticket.
+    fn commit(&self, mut p: Pending) -> io::Result<()> {
+        let mut c = self.commit.lock().expect("commit");
+        c.next_ticket += 1;
+        let ticket = c.next_ticket;
+        p.ticket = ticket;
+        c.pending.push(p);
+        loop {
+            if c.done_ticket >= ticket {
+                if let Some((_, _, msg)) = c
+                    .failed
+                    .iter()
+                    .find(|(a, b, _)| *a <= ticket && ticket <= *b)
+                {
+                    return Err(io::Error::other(msg.clone()));
+                }
+                return Ok(());
+            }
+            if !c.leader {
+                c.leader = true;
+                let group = std::mem::take(&mut c.pending);
+                let mut app = c.appender.take().expect("appender");
+                let off = c.write_off;
+                let now = Instant::now();
+                let total: u64 = group.iter().map(|g| g.bytes.len() as u64).sum();
+                let sync = match self.opts.durability {
+                    Durability::Sync => true,
+                    Durability::None => false,
+                    Durability::Batch { ms, bytes } => {
+                        now.duration_since(c.last_sync) >= Duration::from_millis(ms)
+                            || c.unsynced + total >= bytes
+                    }
+                };
+                drop(c);
+                let res = self.write_group(&group, &mut app, off, sync);
+                c = self.commit.lock().expect("commit");
+                c.appender = Some(app);
+                let first = group.first().map(|g| g.ticket).unwrap_or(ticket);
+                let last = group.last().map(|g| g.ticket).unwrap_or(ticket);
+                match res {
+                    Ok(new_off) => {
+                        c.write_off = new_off;
+                        if sync {
+                            c.unsynced = 0;
+                            c.last_sync = now;
+                        } else {
+                            c.unsynced += total;
+                        }
+                    }
+                    Err(e) => {
+                        c.failed.push((first, last, format!("write failed: {e}")));
+                        if c.failed.len() > 64 {
+                            c.failed.remove(0);
+                        }
+                    }
+                }
+                c.done_ticket = c.done_ticket.max(last);
+                c.leader = false;
+                self.commit_cv.notify_all();
+                continue;
+            }
+            c = self.commit_cv.wait(c).expect("commit wait");
+        }
+    }
+
+    /// Write a group to the active segment (rolling it when full), then index it.
+    fn write_group(
+        &self,
+        group: &[Pending],
+        app: &mut Appender,
+        mut off: u64,
+        sync: bool,
+    ) -> io::Result<u64> {
+        let total: u64 = group.iter().map(|g| g.bytes.len() as u64).sum();
+        let (mut seg_id, mut seg) = {
+            let st = self.state.read().expect("state");
+            (st.active, st.segs[&st.active].clone())
+        };
+        if off > 0 && off + total > self.opts.segment_size {
+            let (id, s) = self.roll(app)?;
+            seg_id = id;
+            seg = s;
+            off = 0;
+        }
+        let mut buf = Vec::with_capacity(total as usize);
+        for g in group {
+            buf.extend_from_slice(&g.bytes);
+        }
+        if let Err(e) = app.append(&buf, off, sync) {
+            // Whatever part reached the file is garbage: cut it off again.
+            // SAFETY: seg.fd is open for writing.
+            unsafe { libc::ftruncate(seg.fd, off as i64) };
+            let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
+                " (the disk is full; the store is still readable)"
+            } else {
+                ""
+            };
+            return Err(err(e.kind(), format!("{e}{hint}")));
+        }
+        let mut st = self.state.write().expect("state");
+        let mut base = off;
+        for g in group {
+            for (k, kind, vl, at) in &g.updates {
+                let loc = Loc {
+                    seg: seg_id,
+                    val_len: *vl,
+                    off: base + at,
+                    seq: g.seq,
+                };
+                let old = if *kind == Kind::Delete {
+                    st.index.remove(k)
+                } else {
+                    st.index.put(k, loc, false)
+                };
+                if let Some(o) = old {
+                    let dead = (HEADER + k.len() + o.val_len as usize) as u64;
+                    if let Some(s) = st.segs.get(&o.seg) {
+                        s.dead.fetch_add(dead, Ordering::Relaxed);
+                    }
+                }
+            }
+            base += g.bytes.len() as u64;
+        }
+        seg.size.store(off + total, Ordering::Relaxed);
+        Ok(off + total)
+    }
+
+    /// Start a new active segment (the old one becomes immutable).
+    fn roll(&self, app: &mut Appender) -> io::Result<(u32, Arc<Segment>)> {
+        let mut st = self.state.write().expect("state");
+        let id = st.next_id;
+        st.next_id += 1;
+        let fd = open_fd(
+            &self.dir.join(seg_name(id)),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+        )?;
+        let seg = Segment::new(fd, 0, 0);
+        st.segs.insert(id, seg.clone());
+        st.active = id;
+        drop(st);
+        fsync_dir(&self.dir)?;
+        app.set_fd(fd)?;
+        Ok((id, seg))
+    }
+
+    /// Make everything written so far durable (for durability="none"/"batch").
+    pub fn sync(&self) -> io::Result<()> {
+        let mut c = self.commit.lock().expect("commit");
+        while c.leader {
+            c = self.commit_cv.wait(c).expect("commit wait");
+        }
+        if let Some(a) = c.appender.as_mut() {
+            a.sync()?;
+        }
+        c.unsynced = 0;
+        c.last_sync = Instant::now();
+        Ok(())
+    }
+
+    // ----- reads -----------------------------------------------------------------------
+
+    fn read_value(seg: &Segment, loc: Loc, klen: usize) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; loc.val_len as usize];
+        let at = loc.off + (HEADER + klen) as u64;
+        let n = pread_exact(seg.fd, &mut v, at)?;
+        if n != v.len() {
+            return Err(err(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "segment truncated under a live record at offset {}",
+                    loc.off
+                ),
+            ));
+        }
+        Ok(v)
+    }
+
+    pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        let (loc, seg) = {
+            let st = self.state.read().expect("state");
+            match st.index.get(key) {
+                None => return Ok(None),
+                Some(l) => (l, st.segs[&l.seg].clone()),
+            }
+        };
+        Self::read_value(&seg, loc, key.len()).map(Some)
+    }
+
+    /// Values for many keys (None for missing), read in one batch.
+    pub fn multi_get(&self, keys: &[&[u8]]) -> io::Result<Vec<Option<Vec<u8>>>> {
+        let found: Vec<Option<(Loc, Arc<Segment>)>> = {
+            let st = self.state.read().expect("state");
+            keys.iter()
+                .map(|k| st.index.get(k).map(|l| (l, st.segs[&l.seg].clone())))
+                .collect()
+        };
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, f) in keys.iter().zip(found) {
+            out.push(match f {
+                None => None,
+                Some((l, s)) => Some(Self::read_value(&s, l, k.len())?),
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.state.read().expect("state").index.get(key).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.read().expect("state").index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot of the keys.
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let st = self.state.read().expect("state");
+        st.index.iter().map(|(k, _)| k.to_vec()).collect()
+    }
+
+    /// A snapshot of (key, location) pairs: values are read lazily by the caller.
+    pub fn snapshot(&self) -> Vec<(Vec<u8>, Loc, Arc<Segment>)> {
+        let st = self.state.read().expect("state");
+        st.index
+            .iter()
+            .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()))
+            .collect()
+    }
+
+    pub fn read_at(seg: &Segment, loc: Loc, klen: usize) -> io::Result<Vec<u8>> {
+        Self::read_value(seg, loc, klen)
+    }
+
+    // ----- compaction ------------------------------------------------------------------
+
+    /// Rewrite the live records of every immutable segment into new segments with hint
+    /// files, then retire the old ones atomically (a marker file lists them; a crash at any
+    /// point leaves either the old set or the new set readable). Reads and writes go on.
+    pub fn compact(&self) -> io::Result<(usize, u64)> {
+        let _only_one = self.compacting.lock().expect("compacting");
+        // 1. make every current segment immutable
+        {
+            let mut c = self.commit.lock().expect("commit");
+            while c.leader {
+                c = self.commit_cv.wait(c).expect("commit wait");
+            }
+            let mut app = c.appender.take().expect("appender");
+            let r = self.roll(&mut app);
+            c.appender = Some(app);
+            c.write_off = 0;
+            r?;
+        }
+        let (old, snapshot) = {
+            let st = self.state.read().expect("state");
+            let old: Vec<u32> = st
+                .segs
+                .keys()
+                .copied()
+                .filter(|&id| id != st.active)
+                .collect();
+            let snap: Vec<(Vec<u8>, Loc, Arc<Segment>)> = st
+                .index
+                .iter()
+                .filter(|(_, l)| l.seg != st.active)
+                .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()))
+                .collect();
+            (old, snap)
+        };
+        if old.is_empty() {
+            return Ok((0, 0));
+        }
+        let before: u64 = {
+            let st = self.state.read().expect("state");
+            old.iter()
+                .map(|id| st.segs[id].size.load(Ordering::Relaxed))
+                .sum()
+        };
+        // 2. copy live records into new segments (same seq), with hint files
+        let mut new_segs: Vec<NewSeg> = Vec::new();
+        let mut cur: Option<NewSeg> = None;
+        let mut buf = Vec::new();
+        for (k, l, seg) in &snapshot {
+            let v = Self::read_value(seg, *l, k.len())?;
+            buf.clear();
+            record::encode(&mut buf, Kind::Put, 0, l.seq, k, &v);
+            let need_new = match &cur {
+                None => true,
+                Some((_, _, size, _)) => size + buf.len() as u64 > self.opts.segment_size,
+            };
+            if need_new {
+                if let Some(c) = cur.take() {
+                    new_segs.push(c);
+                }
+                let id = {
+                    let mut st = self.state.write().expect("state");
+                    st.next_id += 1;
+                    st.next_id - 1
+                };
+                // written under a .tmp name: a crash mid-compaction leaves only files
+                // that the next open deletes
+                let fd = open_fd(
+                    &self.dir.join(format!("{}.tmp", seg_name(id))),
+                    libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+                )?;
+                cur = Some((id, fd, 0, Vec::new()));
+            }
+            let (id, fd, size, entries) = cur.as_mut().expect("segment");
+            let mut done = 0;
+            while done < buf.len() {
+                // SAFETY: buf[done..] valid; fd open for writing.
+                let r = unsafe {
+                    libc::pwrite(
+                        *fd,
+                        buf[done..].as_ptr().cast(),
+                        buf.len() - done,
+                        (*size + done as u64) as i64,
+                    )
+                };
+                if r <= 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                done += r as usize;
+            }
+            entries.push((
+                k.clone(),
+                Loc {
+                    seg: *id,
+                    val_len: l.val_len,
+                    off: *size,
+                    seq: l.seq,
+                },
+            ));
+            *size += buf.len() as u64;
+        }
+        if let Some(c) = cur.take() {
+            new_segs.push(c);
+        }
+        for (id, fd, size, entries) in &new_segs {
+            // SAFETY: fd is open.
+            if unsafe { libc::fdatasync(*fd) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            self.write_hint(*id, *size, entries)?;
+            fs::rename(
+                self.dir.join(format!("{}.tmp", seg_name(*id))),
+                self.dir.join(seg_name(*id)),
+            )?;
+        }
+        fsync_dir(&self.dir)?;
+        // 3. the marker makes the swap atomic: from here on, the old segments are gone
+        let marker = self.dir.join(COMPACT_MARKER);
+        let tmp = self.dir.join(format!("{COMPACT_MARKER}.tmp"));
+        let list: Vec<String> = old.iter().map(|i| i.to_string()).collect();
+        fs::write(&tmp, list.join("\n"))?;
+        fs::File::open(&tmp)?.sync_all()?;
+        fs::rename(&tmp, &marker)?;
+        fsync_dir(&self.dir)?;
+        // 4. point the index at the copies (unless a newer write moved the key meanwhile)
+        let after: u64 = new_segs.iter().map(|s| s.2).sum();
+        {
+            let mut st = self.state.write().expect("state");
+            for (id, fd, size, entries) in &new_segs {
+                st.segs.insert(*id, Segment::new(*fd, *size, 0));
+                for (k, l) in entries {
+                    if let Some(cur) = st.index.get(k) {
+                        if cur.seq == l.seq && old.contains(&cur.seg) {
+                            st.index.put(k, *l, false);
+                        }
+                    }
+                }
+            }
+            for id in &old {
+                st.segs.remove(id); // fds close when the last reader drops its Arc
+            }
+        }
+        Self::finish_compaction(&self.dir)?;
+        Ok((old.len(), before.saturating_sub(after)))
+    }
+
+    // ----- introspection ---------------------------------------------------------------
+
+    pub fn stats(&self) -> Vec<(String, u64)> {
+        let st = self.state.read().expect("state");
+        let size: u64 = st
+            .segs
+            .values()
+            .map(|s| s.size.load(Ordering::Relaxed))
+            .sum();
+        let dead: u64 = st
+            .segs
+            .values()
+            .map(|s| s.dead.load(Ordering::Relaxed))
+            .sum();
+        let c = self.commit.lock().expect("commit");
+        vec![
+            ("keys".into(), st.index.len() as u64),
+            ("segments".into(), st.segs.len() as u64),
+            ("active_segment".into(), st.active as u64),
+            ("bytes_on_disk".into(), size),
+            ("dead_bytes".into(), dead),
+            ("index_bytes".into(), st.index.memory() as u64),
+            ("seq".into(), st.seq),
+            (
+                "io_uring".into(),
+                c.appender.as_ref().map(|a| a.uring as u64).unwrap_or(0),
+            ),
+            (
+                "write_syscalls".into(),
+                c.appender.as_ref().map(|a| a.syscalls).unwrap_or(0),
+            ),
+        ]
+    }
+
+    /// Verify every live record's CRC; returns (records checked, problems).
+    pub fn check(&self) -> io::Result<(u64, Vec<String>)> {
+        let snap = self.snapshot();
+        let mut bad = Vec::new();
+        for (k, l, seg) in &snap {
+            let mut rec = vec![0u8; HEADER + k.len() + l.val_len as usize];
+            let n = pread_exact(seg.fd, &mut rec, l.off)?;
+            if n != rec.len() || record::check(&rec).is_err() {
+                bad.push(format!(
+                    "segment {} offset {}: key {:?} fails its CRC",
+                    l.seg,
+                    l.off,
+                    String::from_utf8_lossy(k)
+                ));
+            }
+        }
+        Ok((snap.len() as u64, bad))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.commit.lock() {
+            if let Some(a) = c.appender.as_mut() {
+                let _ = a.sync();
+            }
+            c.appender = None;
+        }
+        // SAFETY: lock_fd is ours; closing releases the flock.
+        unsafe { libc::close(self.lock_fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options {
+            segment_size: 64 << 10,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn put_get_delete_reopen() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(d.path(), opts()).unwrap();
+            for i in 0..2000u32 {
+                s.put(format!("k{i}").as_bytes(), &i.to_le_bytes().repeat(10))
+                    .unwrap();
+            }
+            assert!(s.delete(b"k5").unwrap());
+            assert!(!s.delete(b"nope").unwrap());
+            s.batch(&[(b"a", Some(b"1")), (b"k6", None)]).unwrap();
+            assert_eq!(
+                s.get(b"k7").unwrap().unwrap(),
+                7u32.to_le_bytes().repeat(10)
+            );
+            assert_eq!(s.len(), 1999);
+        }
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert_eq!(s.len(), 1999);
+        assert_eq!(s.get(b"k5").unwrap(), None);
+        assert_eq!(s.get(b"k6").unwrap(), None);
+        assert_eq!(s.get(b"a").unwrap().unwrap(), b"1");
+        assert!(s.recovery.segments > 1, "rolled segments");
+    }
+
+    #[test]
+    fn second_writer_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let _a = Store::open(d.path(), opts()).unwrap();
+        let e = Store::open(d.path(), opts()).err().unwrap();
+        assert!(e.to_string().contains("another process"), "{e}");
+    }
+
+    #[test]
+    fn torn_tail_is_truncated_and_incomplete_batch_invisible() {
+        let d = tempfile::tempdir().unwrap();
+        let seg;
+        {
+            let s = Store::open(d.path(), opts()).unwrap();
+            s.put(b"x", b"1").unwrap();
+            seg = d.path().join(seg_name(s.state.read().unwrap().active));
+        }
+        // an incomplete batch (no COMMIT) and half a record
+        let mut tail = Vec::new();
+        record::encode(&mut tail, Kind::Put, FLAG_BATCH, 99, b"b1", b"v");
+        record::encode(&mut tail, Kind::Put, 0, 100, b"torn", b"value");
+        tail.truncate(tail.len() - 3);
+        let mut f = fs::OpenOptions::new().append(true).open(&seg).unwrap();
+        use std::io::Write;
+        f.write_all(&tail).unwrap();
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert_eq!(s.recovery.torn_bytes, tail.len() as u64);
+        assert_eq!(s.get(b"b1").unwrap(), None);
+        assert_eq!(s.get(b"torn").unwrap(), None);
+        assert_eq!(s.get(b"x").unwrap().unwrap(), b"1");
+        s.put(b"after", b"ok").unwrap();
+        drop(s);
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert_eq!(s.get(b"after").unwrap().unwrap(), b"ok");
+        assert_eq!(s.recovery.torn_bytes, 0);
+    }
+
+    #[test]
+    fn corruption_in_old_segment_is_an_error_unless_repair() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(d.path(), opts()).unwrap();
+            for i in 0..3000u32 {
+                s.put(
+                    format!("k{i}").as_bytes(),
+                    b"0123456789012345678901234567890",
+                )
+                .unwrap();
+            }
+        }
+        let first = d.path().join(seg_name(1));
+        let mut data = fs::read(&first).unwrap();
+        data[100] ^= 0xff;
+        fs::write(&first, &data).unwrap();
+        let e = Store::open(d.path(), opts()).err().unwrap();
+        assert!(
+            e.to_string().contains("00000001.seg") && e.to_string().contains("offset"),
+            "{e}"
+        );
+        let s = Store::open(
+            d.path(),
+            Options {
+                repair: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+        assert_eq!(s.recovery.skipped.len(), 1);
+        assert!(s.len() >= 2998);
+    }
+
+    #[test]
+    fn compaction_keeps_live_data_and_hints_reload() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(d.path(), opts()).unwrap();
+            for round in 0..5u32 {
+                for i in 0..500u32 {
+                    s.put(format!("k{i}").as_bytes(), &round.to_le_bytes().repeat(20))
+                        .unwrap();
+                }
+            }
+            for i in 0..100u32 {
+                s.delete(format!("k{i}").as_bytes()).unwrap();
+            }
+            let (n, freed) = s.compact().unwrap();
+            assert!(n > 1 && freed > 0);
+            assert_eq!(s.len(), 400);
+            s.put(b"k1", b"new").unwrap();
+            assert_eq!(
+                s.get(b"k499").unwrap().unwrap(),
+                4u32.to_le_bytes().repeat(20)
+            );
+        }
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert!(s.recovery.from_hints > 0);
+        assert_eq!(s.len(), 401);
+        assert_eq!(s.get(b"k1").unwrap().unwrap(), b"new");
+        assert_eq!(s.get(b"k2").unwrap(), None);
+        let (n, bad) = s.check().unwrap();
+        assert_eq!((n, bad.len()), (401, 0));
+    }
+
+    #[test]
+    fn group_commit_threads() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Store::open(d.path(), opts()).unwrap());
+        let hs: Vec<_> = (0..8)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(s.len(), 800);
+    }
+
+    #[test]
+    fn bad_sizes() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert!(s.put(b"", b"v").is_err());
+        assert!(s.put(&vec![0u8; 70_000], b"v").is_err());
+    }
+}
