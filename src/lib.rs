@@ -5,6 +5,7 @@ mod bench;
 mod buffers;
 mod completion;
 mod convert;
+mod kv;
 mod ring;
 mod sys;
 
@@ -19,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::AlignedBuffer>()?;
     m.add_class::<buffers::BufferRing>()?;
     m.add_class::<buffers::BufferView>()?;
+    m.add_class::<kv::KvStore>()?;
     m.add_function(wrap_pyfunction!(ring::op_table, m)?)?;
     m.add_function(wrap_pyfunction!(bench::run_job, m)?)?;
     sys::register(m)?;

@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(func=_bench)
+    sub.add_parser(
+        "kv",
+        help="the xkv store: put/get/delete/scan/compact/check/stats/bench (uringkit kv --help)",
+        add_help=False,
+    )
     return p
 
 
@@ -64,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import bench
 
         return bench.main(argv[1:])
+    if argv and argv[0] == "kv":
+        from .kv.cli import main as kv_main
+
+        return kv_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

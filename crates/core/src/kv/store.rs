@@ -100,6 +100,10 @@ struct Commit {
     write_off: u64,
     unsynced: u64,
     last_sync: Instant,
+    /// durability "none"/"batch": records not yet handed to the kernel (they start at
+    /// `write_off`), and how to undo their index updates if writing them fails
+    wbuf: Vec<u8>,
+    undo: Vec<(Vec<u8>, Option<Loc>)>,
 }
 
 struct Pending {
@@ -118,6 +122,9 @@ pub struct Store {
     commit: Mutex<Commit>,
     commit_cv: Condvar,
     compacting: Mutex<()>,
+    /// Bytes of the active segment already handed to the kernel (readers of newer
+    /// records flush the write buffer first).
+    flushed: AtomicU64,
     pub recovery: Recovery,
 }
 
@@ -322,7 +329,10 @@ impl Store {
                 write_off: act_size,
                 unsynced: 0,
                 last_sync: Instant::now(),
+                wbuf: Vec::new(),
+                undo: Vec::new(),
             }),
+            flushed: AtomicU64::new(act_size),
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
             recovery: rec,
@@ -638,6 +648,9 @@ impl Store {
     /// Group commit: one writer (the leader) writes everyone's pending records with one
     /// write and one fdatasync; the others wait for their ticket.
     fn commit(&self, mut p: Pending) -> io::Result<()> {
+        if self.opts.durability != Durability::Sync {
+            return self.commit_buffered(p);
+        }
         let mut c = self.commit.lock().expect("commit");
         c.next_ticket += 1;
         let ticket = c.next_ticket;
@@ -678,6 +691,7 @@ impl Store {
                 match res {
                     Ok(new_off) => {
                         c.write_off = new_off;
+                        self.flushed.store(new_off, Ordering::Release);
                         if sync {
                             c.unsynced = 0;
                             c.last_sync = now;
@@ -698,6 +712,125 @@ impl Store {
                 continue;
             }
             c = self.commit_cv.wait(c).expect("commit wait");
+        }
+    }
+
+    /// durability "none"/"batch": records go to an in-memory write buffer (indexed at their
+    /// future file offsets) that is written when it reaches 1 MiB, when a sync is due, or
+    /// when a reader needs one of its records.
+    fn commit_buffered(&self, p: Pending) -> io::Result<()> {
+        let mut c = self.commit.lock().expect("commit");
+        while c.leader {
+            c = self.commit_cv.wait(c).expect("commit wait");
+        }
+        let end = c.write_off + c.wbuf.len() as u64;
+        if end > 0 && end + p.bytes.len() as u64 > self.opts.segment_size {
+            self.flush_locked(&mut c, false)?;
+            let mut app = c.appender.take().expect("appender");
+            let r = self.roll(&mut app);
+            c.appender = Some(app);
+            r?;
+            c.write_off = 0;
+            self.flushed.store(0, Ordering::Release);
+        }
+        let base = c.write_off + c.wbuf.len() as u64;
+        c.wbuf.extend_from_slice(&p.bytes);
+        {
+            let mut st = self.state.write().expect("state");
+            let seg_id = st.active;
+            for (k, kind, vl, at) in &p.updates {
+                let loc = Loc {
+                    seg: seg_id,
+                    val_len: *vl,
+                    off: base + at,
+                    seq: p.seq,
+                };
+                let old = if *kind == Kind::Delete {
+                    st.index.remove(k)
+                } else {
+                    st.index.put(k, loc, false)
+                };
+                if let Some(o) = old {
+                    let dead = (HEADER + k.len() + o.val_len as usize) as u64;
+                    if let Some(s) = st.segs.get(&o.seg) {
+                        s.dead.fetch_add(dead, Ordering::Relaxed);
+                    }
+                }
+                c.undo.push((k.clone(), old));
+            }
+        }
+        let due = match self.opts.durability {
+            Durability::Batch { ms, bytes } => {
+                c.last_sync.elapsed() >= Duration::from_millis(ms)
+                    || c.unsynced + c.wbuf.len() as u64 >= bytes
+            }
+            _ => false,
+        };
+        if due || c.wbuf.len() >= 1 << 20 {
+            self.flush_locked(&mut c, due)?;
+        }
+        Ok(())
+    }
+
+    /// Hand the write buffer to the kernel (and fdatasync if `sync`). On failure the
+    /// buffered records are taken out of the index again and the file is cut back.
+    fn flush_locked(&self, c: &mut Commit, sync: bool) -> io::Result<()> {
+        if c.wbuf.is_empty() {
+            if sync {
+                if let Some(a) = c.appender.as_mut() {
+                    a.sync()?;
+                }
+                c.unsynced = 0;
+                c.last_sync = Instant::now();
+            }
+            return Ok(());
+        }
+        let off = c.write_off;
+        let data = std::mem::take(&mut c.wbuf);
+        let app = c.appender.as_mut().expect("appender");
+        match app.append(&data, off, sync) {
+            Ok(()) => {
+                c.write_off += data.len() as u64;
+                self.flushed.store(c.write_off, Ordering::Release);
+                {
+                    let st = self.state.read().expect("state");
+                    st.segs[&st.active]
+                        .size
+                        .store(c.write_off, Ordering::Relaxed);
+                }
+                c.undo.clear();
+                if sync {
+                    c.unsynced = 0;
+                    c.last_sync = Instant::now();
+                } else {
+                    c.unsynced += data.len() as u64;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let st = self.state.read().expect("state");
+                let fd = st.segs[&st.active].fd;
+                drop(st);
+                // SAFETY: fd is the active segment, open for writing.
+                unsafe { libc::ftruncate(fd, off as i64) };
+                let mut st = self.state.write().expect("state");
+                for (k, old) in c.undo.drain(..).rev() {
+                    match old {
+                        Some(l) => {
+                            st.index.put(&k, l, false);
+                        }
+                        None => {
+                            st.index.remove(&k);
+                        }
+                    }
+                }
+                let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
+                    " (the disk is full; unflushed writes were dropped, the store is still                      readable)"
+                } else {
+                    ""
+                };
+                Err(err(e.kind(), format!("{e}{hint}")))
+            }
         }
     }
 
@@ -787,11 +920,26 @@ impl Store {
         while c.leader {
             c = self.commit_cv.wait(c).expect("commit wait");
         }
-        if let Some(a) = c.appender.as_mut() {
-            a.sync()?;
+        self.flush_locked(&mut c, true)
+    }
+
+    /// Make buffered records readable from the file (not necessarily durable).
+    fn flush(&self) -> io::Result<()> {
+        let mut c = self.commit.lock().expect("commit");
+        while c.leader {
+            c = self.commit_cv.wait(c).expect("commit wait");
         }
-        c.unsynced = 0;
-        c.last_sync = Instant::now();
+        self.flush_locked(&mut c, false)
+    }
+
+    /// Readers call this before reading a record that may still be in the write buffer.
+    fn ensure_flushed(&self, loc: Loc, active: u32, klen: usize) -> io::Result<()> {
+        if loc.seg == active
+            && loc.off + (HEADER + klen) as u64 + loc.val_len as u64
+                > self.flushed.load(Ordering::Acquire)
+        {
+            self.flush()?;
+        }
         Ok(())
     }
 
@@ -814,18 +962,22 @@ impl Store {
     }
 
     pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        let (loc, seg) = {
+        let (loc, seg, active) = {
             let st = self.state.read().expect("state");
             match st.index.get(key) {
                 None => return Ok(None),
-                Some(l) => (l, st.segs[&l.seg].clone()),
+                Some(l) => (l, st.segs[&l.seg].clone(), st.active),
             }
         };
+        self.ensure_flushed(loc, active, key.len())?;
         Self::read_value(&seg, loc, key.len()).map(Some)
     }
 
     /// Values for many keys (None for missing), read in one batch.
     pub fn multi_get(&self, keys: &[&[u8]]) -> io::Result<Vec<Option<Vec<u8>>>> {
+        if self.opts.durability != Durability::Sync {
+            self.flush()?;
+        }
         let found: Vec<Option<(Loc, Arc<Segment>)>> = {
             let st = self.state.read().expect("state");
             keys.iter()
@@ -862,6 +1014,9 @@ impl Store {
 
     /// A snapshot of (key, location) pairs: values are read lazily by the caller.
     pub fn snapshot(&self) -> Vec<(Vec<u8>, Loc, Arc<Segment>)> {
+        if self.opts.durability != Durability::Sync {
+            let _ = self.flush();
+        }
         let st = self.state.read().expect("state");
         st.index
             .iter()
@@ -886,10 +1041,12 @@ impl Store {
             while c.leader {
                 c = self.commit_cv.wait(c).expect("commit wait");
             }
+            self.flush_locked(&mut c, true)?;
             let mut app = c.appender.take().expect("appender");
             let r = self.roll(&mut app);
             c.appender = Some(app);
             c.write_off = 0;
+            self.flushed.store(0, Ordering::Release);
             r?;
         }
         let (old, snapshot) = {
@@ -1022,6 +1179,13 @@ impl Store {
     // ----- introspection ---------------------------------------------------------------
 
     pub fn stats(&self) -> Vec<(String, u64)> {
+        let (uring, syscalls) = {
+            let c = self.commit.lock().expect("commit");
+            (
+                c.appender.as_ref().map(|a| a.uring as u64).unwrap_or(0),
+                c.appender.as_ref().map(|a| a.syscalls).unwrap_or(0),
+            )
+        };
         let st = self.state.read().expect("state");
         let size: u64 = st
             .segs
@@ -1033,7 +1197,6 @@ impl Store {
             .values()
             .map(|s| s.dead.load(Ordering::Relaxed))
             .sum();
-        let c = self.commit.lock().expect("commit");
         vec![
             ("keys".into(), st.index.len() as u64),
             ("segments".into(), st.segs.len() as u64),
@@ -1042,14 +1205,8 @@ impl Store {
             ("dead_bytes".into(), dead),
             ("index_bytes".into(), st.index.memory() as u64),
             ("seq".into(), st.seq),
-            (
-                "io_uring".into(),
-                c.appender.as_ref().map(|a| a.uring as u64).unwrap_or(0),
-            ),
-            (
-                "write_syscalls".into(),
-                c.appender.as_ref().map(|a| a.syscalls).unwrap_or(0),
-            ),
+            ("io_uring".into(), uring),
+            ("write_syscalls".into(), syscalls),
         ]
     }
 
@@ -1080,9 +1237,7 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         if let Ok(mut c) = self.commit.lock() {
-            if let Some(a) = c.appender.as_mut() {
-                let _ = a.sync();
-            }
+            let _ = self.flush_locked(&mut c, true);
             c.appender = None;
         }
         // SAFETY: lock_fd is ours; closing releases the flock.
@@ -1248,6 +1403,33 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(s.len(), 800);
+    }
+
+    #[test]
+    fn buffered_durability_reads_and_reopens() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(
+                d.path(),
+                Options {
+                    durability: Durability::None,
+                    ..opts()
+                },
+            )
+            .unwrap();
+            for i in 0..5000u32 {
+                s.put(format!("k{i}").as_bytes(), &i.to_le_bytes()).unwrap();
+            }
+            assert_eq!(s.get(b"k4999").unwrap().unwrap(), 4999u32.to_le_bytes());
+            s.delete(b"k1").unwrap();
+            assert_eq!(
+                s.multi_get(&[b"k1", b"k2"]).unwrap()[1].as_deref(),
+                Some(&2u32.to_le_bytes()[..])
+            );
+        }
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert_eq!(s.len(), 4999);
+        assert_eq!(s.get(b"k1").unwrap(), None);
     }
 
     #[test]

@@ -1,0 +1,274 @@
+"""xkv: a crash-safe append-only KV store on io_uring (Bitcask's design).
+
+    from uringkit import kv
+    with kv.open("data.xkv", durability="sync") as db:
+        db.put(b"key", b"value")
+        db.get(b"key")                     # b"value"
+        db.multi_get([b"a", b"b"])         # [bytes | None, ...]
+        with db.batch() as b:              # atomic: all or nothing
+            b.put(b"x", b"1"); b.delete(b"y")
+        len(db), b"key" in db, db.keys(), db.items()
+        db.compact(); db.stats(); db.check()
+
+Durability: "sync" (put returns once the record is on disk; concurrent writers share
+fdatasyncs), "batch" (fdatasync at most every batch_ms / batch_bytes), "none".
+Format and guarantees: docs/kv-format.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import warnings
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from .._native import KvStore
+
+__all__ = ["DB", "AsyncDB", "Batch", "open", "open_async"]
+
+MAX_KEY = 64 * 1024
+MAX_VALUE = 64 * 1024 * 1024
+
+
+class Batch:
+    """Collects puts and deletes; applied atomically when the `with` block ends without
+    an exception (discarded otherwise)."""
+
+    def __init__(self, db: DB) -> None:
+        self._db = db
+        self.ops: list[tuple[bytes, bytes | None]] = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        _check(key, value)
+        self.ops.append((key, value))
+
+    def delete(self, key: bytes) -> None:
+        _check(key, None)
+        self.ops.append((key, None))
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if et is None and self.ops:
+            self._db._s.batch(self.ops)
+
+
+def _check(key: Any, value: Any) -> None:
+    if not isinstance(key, bytes):
+        raise TypeError(f"key must be bytes, not {type(key).__name__}")
+    if not 0 < len(key) <= MAX_KEY:
+        raise ValueError(f"key must be 1 byte to 64 KiB (got {len(key)} bytes)")
+    if value is not None:
+        if not isinstance(value, bytes):
+            raise TypeError(f"value must be bytes, not {type(value).__name__}")
+        if len(value) > MAX_VALUE:
+            raise ValueError(f"value must be at most 64 MiB (got {len(value)} bytes)")
+
+
+class DB:
+    """An open store. Thread-safe: many threads may put/get at once (their durable puts
+    share fdatasyncs). Only one process may have a store open."""
+
+    def __init__(self, store: KvStore, path: str) -> None:
+        self._s = store
+        self.path = path
+        rec = store.recovery()
+        self.recovery: dict[str, Any] = rec
+        if rec["torn_bytes"]:
+            warnings.warn(
+                f"{path}: dropped a torn tail of {rec['torn_bytes']} bytes from "
+                f"{rec['torn_segment']} (a write interrupted by a crash; nothing it held "
+                "was acknowledged)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        for s in rec["skipped"]:
+            warnings.warn(f"repair: {s}", RuntimeWarning, stacklevel=3)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        _check(key, value)
+        self._s.put(key, value)
+
+    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
+        _check(key, None)
+        v = self._s.get(key)
+        return default if v is None else v
+
+    def delete(self, key: bytes) -> bool:
+        """Delete `key` (a tombstone is written); returns whether it existed."""
+        _check(key, None)
+        return self._s.delete(key)
+
+    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        for k in keys:
+            _check(k, None)
+        return self._s.multi_get(list(keys))
+
+    def batch(self) -> Batch:
+        return Batch(self)
+
+    def __len__(self) -> int:
+        return len(self._s)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, bytes) and bool(key) and self._s.contains(key)
+
+    def keys(self) -> list[bytes]:
+        """A snapshot of the keys (arbitrary order)."""
+        return self._s.keys()
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        """A snapshot of (key, value) pairs (arbitrary order)."""
+        return self._s.items()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.keys())
+
+    def compact(self) -> tuple[int, int]:
+        """Rewrite live records, retire old segments: (segments retired, bytes reclaimed).
+        Reads and writes continue meanwhile."""
+        return self._s.compact()
+
+    def sync(self) -> None:
+        self._s.sync()
+
+    def stats(self) -> dict[str, int]:
+        return self._s.stats()
+
+    def check(self) -> tuple[int, list[str]]:
+        """Re-read every live record and verify its CRC."""
+        return self._s.check()
+
+    def close(self) -> None:
+        self._s.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._s.closed
+
+    def __enter__(self) -> DB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open(  # noqa: A001
+    path: str | os.PathLike[str],
+    durability: str = "sync",
+    create: bool = True,
+    *,
+    repair: bool = False,
+    batch_ms: int = 10,
+    batch_bytes: int = 1 << 20,
+    segment_size: int = 256 << 20,
+    io_uring: bool = True,
+) -> DB:
+    """Open (or create) the store in directory `path`.
+
+    A torn tail left by a crash is truncated with a RuntimeWarning saying how many bytes
+    were dropped; corruption elsewhere raises OSError naming the file and offset
+    (`repair=True` skips it and warns what was lost). A second process opening the same
+    store gets BlockingIOError.
+    """
+    p = os.fspath(path)
+    store = KvStore(
+        p,
+        durability=durability,
+        batch_ms=batch_ms,
+        batch_bytes=batch_bytes,
+        create=create,
+        repair=repair,
+        segment_size=segment_size,
+        io_uring=io_uring,
+    )
+    return DB(store, p)
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="uringkit-kv")
+    return _pool
+
+
+class AsyncDB:
+    """The store for asyncio: reads of cached data run inline; writes (which may wait for
+    fdatasync) run on a pool, so concurrent tasks share group commits."""
+
+    def __init__(self, db: DB) -> None:
+        self.db = db
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
+
+    async def put(self, key: bytes, value: bytes) -> None:
+        _check(key, value)
+        await self._run(self.db.put, key, value)
+
+    async def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
+        return self.db.get(key, default)
+
+    async def delete(self, key: bytes) -> bool:
+        return bool(await self._run(self.db.delete, key))
+
+    async def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        return self.db.multi_get(keys)
+
+    async def batch(self, ops: list[tuple[bytes, bytes | None]]) -> None:
+        for k, v in ops:
+            _check(k, v)
+        await self._run(self.db._s.batch, ops)
+
+    async def compact(self) -> tuple[int, int]:
+        return await self._run(self.db.compact)  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self.db)
+
+    async def close(self) -> None:
+        await self._run(self.db.close)
+
+    async def __aenter__(self) -> AsyncDB:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _AsyncOpener:
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        self.a, self.kw = a, kw
+        self.adb: AsyncDB | None = None
+
+    def __await__(self) -> Any:
+        return self._open().__await__()
+
+    async def _open(self) -> AsyncDB:
+        loop = asyncio.get_running_loop()
+        db = await loop.run_in_executor(_executor(), lambda: open(*self.a, **self.kw))
+        self.adb = AsyncDB(db)
+        return self.adb
+
+    async def __aenter__(self) -> AsyncDB:
+        return await self._open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.adb is not None:
+            await self.adb.close()
+
+
+def open_async(
+    path: str | os.PathLike[str], durability: str = "sync", create: bool = True, **kw: Any
+) -> _AsyncOpener:
+    """`async with kv.open_async(path) as db:` (or `db = await kv.open_async(path)`)."""
+    return _AsyncOpener(path, durability, create, **kw)

@@ -1,0 +1,357 @@
+"""`uringkit kv bench`: xkv against the stores Python users pick (LMDB, LevelDB via plyvel,
+RocksDB via rocksdict, sqlite3), same workloads, same run, ratios to the best peer.
+
+Workloads (16-byte keys, 100-byte values): non-durable bulk load via batches; durable
+puts one at a time (with P99); durable batches of 64; durable puts from 64 threads;
+random gets (hot); multi_get of 100 keys; seed 003's puts of `bench_%d` -> `v`;
+4 KiB values (puts/s and bytes on disk); reopen time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+from rich.console import Console
+from rich.table import Table
+
+from . import open as kv_open
+
+
+class Peer:
+    name = ""
+
+    def open(self, path: str, durable: bool) -> None: ...
+    def put(self, k: bytes, v: bytes) -> None: ...
+    def get(self, k: bytes) -> bytes | None: ...
+    def batch(self, items: list[tuple[bytes, bytes]]) -> None: ...
+    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.get(k) for k in keys]
+
+    def close(self) -> None: ...
+
+    threadsafe = True
+
+
+class Xkv(Peer):
+    name = "xkv"
+
+    def open(self, path: str, durable: bool) -> None:
+        self.db = kv_open(path, durability="sync" if durable else "none")
+
+    def put(self, k: bytes, v: bytes) -> None:
+        self.db.put(k, v)
+
+    def get(self, k: bytes) -> bytes | None:
+        return self.db.get(k)
+
+    def batch(self, items: list[tuple[bytes, bytes]]) -> None:
+        self.db._s.batch(items)  # noqa: SLF001 - the bulk path without per-op checks
+
+    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        return self.db.multi_get(keys)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class Sqlite(Peer):
+    name = "sqlite3"
+    threadsafe = False
+
+    def open(self, path: str, durable: bool) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.c = sqlite3.connect(
+            os.path.join(path, "db.sqlite"), check_same_thread=False, isolation_level=None
+        )
+        self.c.execute("PRAGMA journal_mode=WAL")
+        self.c.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
+        self.c.execute("CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB)")
+
+    def put(self, k: bytes, v: bytes) -> None:
+        self.c.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (k, v))
+
+    def get(self, k: bytes) -> bytes | None:
+        r = self.c.execute("SELECT v FROM kv WHERE k = ?", (k,)).fetchone()
+        return None if r is None else bytes(r[0])
+
+    def batch(self, items: list[tuple[bytes, bytes]]) -> None:
+        self.c.execute("BEGIN")
+        self.c.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)", items)
+        self.c.execute("COMMIT")
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class Lmdb(Peer):
+    name = "lmdb"
+
+    def open(self, path: str, durable: bool) -> None:
+        import lmdb
+
+        self.env = lmdb.open(
+            path, map_size=8 << 30, sync=durable, metasync=durable, writemap=False, max_readers=256
+        )
+
+    def put(self, k: bytes, v: bytes) -> None:
+        with self.env.begin(write=True) as t:
+            t.put(k, v)
+
+    def get(self, k: bytes) -> bytes | None:
+        with self.env.begin() as t:
+            return t.get(k)
+
+    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        with self.env.begin() as t:
+            return [t.get(k) for k in keys]
+
+    def batch(self, items: list[tuple[bytes, bytes]]) -> None:
+        with self.env.begin(write=True) as t:
+            for k, v in items:
+                t.put(k, v)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class Plyvel(Peer):
+    name = "leveldb"
+
+    def open(self, path: str, durable: bool) -> None:
+        import plyvel
+
+        self.db = plyvel.DB(path, create_if_missing=True)
+        self.sync = durable
+
+    def put(self, k: bytes, v: bytes) -> None:
+        self.db.put(k, v, sync=self.sync)
+
+    def get(self, k: bytes) -> bytes | None:
+        v: bytes | None = self.db.get(k)
+        return v
+
+    def batch(self, items: list[tuple[bytes, bytes]]) -> None:
+        with self.db.write_batch(sync=self.sync) as b:
+            for k, v in items:
+                b.put(k, v)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class Rocks(Peer):
+    name = "rocksdb"
+
+    def open(self, path: str, durable: bool) -> None:
+        import rocksdict
+
+        self.db = rocksdict.Rdict(path)
+        self.wo = rocksdict.WriteOptions()
+        self.wo.sync = durable
+        self.db.set_write_options(self.wo)
+
+    def put(self, k: bytes, v: bytes) -> None:
+        self.db[k] = v
+
+    def get(self, k: bytes) -> bytes | None:
+        return self.db.get(k)
+
+    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        out: list[bytes | None] = cast(Any, self.db)[keys]  # rocksdict's native multi-get
+        return out
+
+    def batch(self, items: list[tuple[bytes, bytes]]) -> None:
+        import rocksdict
+
+        wb = rocksdict.WriteBatch()
+        for k, v in items:
+            wb.put(k, v)
+        self.db.write(wb)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def peers() -> list[Peer]:
+    out: list[Peer] = [Xkv(), Sqlite()]
+    for cls, mod in ((Lmdb, "lmdb"), (Plyvel, "plyvel"), (Rocks, "rocksdict")):
+        try:
+            __import__(mod)
+            out.append(cls())
+        except ImportError:
+            pass
+    return out
+
+
+def du(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+def run(directory: str, quick: bool, con: Console, only: list[str] | None = None) -> dict[str, Any]:
+    n_load = 100_000 if quick else 1_000_000
+    n_durable = 1_000 if quick else 20_000
+    n_get = 100_000 if quick else 1_000_000
+    n_multi = 1_000 if quick else 10_000
+    n_4k = 10_000 if quick else 100_000
+    rng = random.Random(7)
+    keys = [b"%016d" % i for i in range(n_load)]
+    val = os.urandom(100)
+    rows: dict[str, dict[str, float]] = {}
+    base = tempfile.mkdtemp(prefix="uringkit-kv-bench-", dir=directory)
+
+    def rec(workload: str, peer: str, value: float) -> None:
+        rows.setdefault(workload, {})[peer] = value
+
+    try:
+        for p in peers():
+            if only and p.name not in only:
+                continue
+            path = os.path.join(base, p.name)
+            con.print(f"[dim]{p.name}…[/]", end=" ")
+            # 1. bulk load, not durable, batches of 1000
+            p.open(path, durable=False)
+            t = time.perf_counter()
+            for i in range(0, n_load, 1000):
+                p.batch([(k, val) for k in keys[i : i + 1000]])
+            rec("load (puts/s, batches)", p.name, n_load / (time.perf_counter() - t))
+            # 5. random gets, hot
+            sample = [keys[rng.randrange(n_load)] for _ in range(n_get)]
+            t = time.perf_counter()
+            for k in sample:
+                p.get(k)
+            rec("random get hot (gets/s)", p.name, n_get / (time.perf_counter() - t))
+            # 6. multi_get of 100
+            groups = [[keys[rng.randrange(n_load)] for _ in range(100)] for _ in range(n_multi)]
+            t = time.perf_counter()
+            for g in groups:
+                p.multi_get(g)
+            rec("multi_get x100 (keys/s)", p.name, n_multi * 100 / (time.perf_counter() - t))
+            p.close()
+            # reopen (clean)
+            t = time.perf_counter()
+            p.open(path, durable=False)
+            rec("reopen after load (ms)", p.name, (time.perf_counter() - t) * 1000)
+            p.close()
+            shutil.rmtree(path)
+            # 2. durable one at a time, with latency
+            p.open(path, durable=True)
+            lat = []
+            t = time.perf_counter()
+            for i in range(n_durable):
+                t1 = time.perf_counter()
+                p.put(keys[i], val)
+                lat.append(time.perf_counter() - t1)
+            rec(
+                "durable put, one at a time (puts/s)", p.name, n_durable / (time.perf_counter() - t)
+            )
+            lat.sort()
+            rec("durable put P99 (ms)", p.name, lat[int(len(lat) * 0.99)] * 1000)
+            # 3. durable batches of 64
+            t = time.perf_counter()
+            for i in range(0, n_durable * 4, 64):
+                p.batch([(keys[(i + j) % n_load], val) for j in range(64)])
+            rec("durable batch x64 (puts/s)", p.name, n_durable * 4 / (time.perf_counter() - t))
+            # 4. durable puts from 64 threads
+            if p.threadsafe:
+                t = time.perf_counter()
+                with ThreadPoolExecutor(64) as ex:
+                    list(ex.map(lambda i, p=p: p.put(keys[i % n_load], val), range(n_durable * 2)))
+                rec(
+                    "durable put, 64 threads (puts/s)",
+                    p.name,
+                    n_durable * 2 / (time.perf_counter() - t),
+                )
+            p.close()
+            shutil.rmtree(path)
+            # 7. seed 003: 100,000 puts of bench_%d -> v (not durable)
+            p.open(path, durable=False)
+            t = time.perf_counter()
+            for i in range(100_000):
+                p.put(b"bench_%d" % i, b"v")
+            rec("seed 003: 100K puts (s)", p.name, time.perf_counter() - t)
+            p.close()
+            shutil.rmtree(path)
+            # 8. 4 KiB values
+            big = os.urandom(4096)
+            p.open(path, durable=False)
+            t = time.perf_counter()
+            for i in range(0, n_4k, 100):
+                p.batch([(keys[i + j], big) for j in range(100)])
+            rec("4 KiB values (puts/s)", p.name, n_4k / (time.perf_counter() - t))
+            t = time.perf_counter()
+            for _ in range(n_4k):
+                p.get(keys[rng.randrange(n_4k)])
+            rec("4 KiB values (gets/s)", p.name, n_4k / (time.perf_counter() - t))
+            p.close()
+            rec("4 KiB values (disk / data)", p.name, du(path) / (n_4k * (4096 + 16)))
+            shutil.rmtree(path)
+        con.print()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return rows
+
+
+LOWER_IS_BETTER = ("(ms)", "(s)", "disk / data")
+
+
+def table(con: Console, rows: dict[str, dict[str, float]]) -> None:
+    names = sorted({p for r in rows.values() for p in r}, key=lambda n: (n != "xkv", n))
+    t = Table(title="uringkit kv bench (ratio: xkv vs the best peer; > 1 means xkv is better)")
+    t.add_column("workload")
+    for n in names:
+        t.add_column(n, justify="right")
+    t.add_column("xkv vs best", justify="right")
+    for w, r in rows.items():
+        lower = any(s in w for s in LOWER_IS_BETTER)
+        peers_ = {k: v for k, v in r.items() if k != "xkv"}
+        ratio = ""
+        if "xkv" in r and peers_:
+            best = min(peers_.values()) if lower else max(peers_.values())
+            x = r["xkv"]
+            ratio = f"{(best / x if lower else x / best):.2f}×" if x and best else "-"
+        fmt: Callable[[float], str] = (lambda v: f"{v:,.2f}") if lower else (lambda v: f"{v:,.0f}")
+        t.add_row(w, *(fmt(r[n]) if n in r else "-" for n in names), ratio)
+    con.print(t)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="uringkit kv bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example: uringkit kv bench --quick --json-out kv.json",
+    )
+    ap.add_argument("--dir", default=".")
+    ap.add_argument("--quick", action="store_true", help="10x smaller workloads")
+    ap.add_argument("--json-out", default="uringkit-kv-bench.json")
+    ap.add_argument(
+        "--only", nargs="*", help="only these stores (xkv sqlite3 lmdb leveldb rocksdb)"
+    )
+    a = ap.parse_args(argv)
+    con = Console(width=None if sys.stdout.isatty() else 150)
+    rows = run(a.dir, a.quick, con, a.only)
+    table(con, rows)
+    with open(a.json_out, "w") as f:
+        json.dump(rows, f, indent=2)
+    con.print(f"wrote {a.json_out}")
+    _ = statistics
+    return 0

@@ -1,0 +1,122 @@
+"""`uringkit kv put|get|delete|scan|compact|check|stats PATH ...` and `uringkit kv bench`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import open as kv_open
+
+EXAMPLES = """examples:
+  uringkit kv put /data/store user:1 '{"name": "ada"}'
+  uringkit kv get /data/store user:1
+  uringkit kv scan /data/store --prefix user: --limit 10
+  uringkit kv compact /data/store
+  uringkit kv check /data/store
+  uringkit kv stats /data/store --json
+  uringkit kv bench --quick"""
+
+
+def _b(s: str, hexa: bool) -> bytes:
+    return bytes.fromhex(s) if hexa else s.encode()
+
+
+def _show(b: bytes, hexa: bool) -> str:
+    if hexa:
+        return b.hex()
+    try:
+        return b.decode()
+    except UnicodeDecodeError:
+        return "0x" + b.hex()
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "bench":
+        from .bench import main as bench_main
+
+        return bench_main(argv[1:])
+    ap = argparse.ArgumentParser(
+        prog="uringkit kv",
+        description="The xkv store from the "
+        "command line (keys and values as UTF-8 text, or hex with "
+        "--hex).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--hex", action="store_true", help="keys and values are hex")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for name, hlp in (
+        ("put", "store a value"),
+        ("get", "print a value"),
+        ("delete", "delete a key"),
+        ("scan", "list keys (and values)"),
+        ("compact", "rewrite live data, reclaim space"),
+        ("check", "verify every live record's CRC"),
+        ("stats", "sizes, counts, recovery info"),
+        ("bench", "xkv vs LMDB/LevelDB/RocksDB/sqlite (uringkit kv bench -h)"),
+    ):
+        p = sub.add_parser(
+            name, help=hlp, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        if name == "bench":
+            continue
+        p.add_argument("path")
+        if name in ("put", "get", "delete"):
+            p.add_argument("key")
+        if name == "put":
+            p.add_argument("value")
+        if name == "scan":
+            p.add_argument("--prefix", default="")
+            p.add_argument("--limit", type=int, default=0)
+            p.add_argument("--keys-only", action="store_true")
+        if name == "stats":
+            p.add_argument("--json", action="store_true")
+        if name in ("check", "stats", "scan", "get"):
+            p.add_argument("--repair", action="store_true", help="skip corrupt records")
+    a = ap.parse_args(argv)
+    h = a.hex
+    try:
+        with kv_open(a.path, create=a.cmd == "put", repair=getattr(a, "repair", False)) as db:
+            if a.cmd == "put":
+                db.put(_b(a.key, h), _b(a.value, h))
+            elif a.cmd == "get":
+                v = db.get(_b(a.key, h))
+                if v is None:
+                    print(f"{a.key}: not found", file=sys.stderr)
+                    return 1
+                print(_show(v, h))
+            elif a.cmd == "delete":
+                if not db.delete(_b(a.key, h)):
+                    print(f"{a.key}: not found", file=sys.stderr)
+                    return 1
+            elif a.cmd == "scan":
+                pre = _b(a.prefix, h)
+                n = 0
+                for k, v in sorted(db.items()):
+                    if not k.startswith(pre):
+                        continue
+                    print(_show(k, h) if a.keys_only else f"{_show(k, h)}\t{_show(v, h)}")
+                    n += 1
+                    if a.limit and n >= a.limit:
+                        break
+            elif a.cmd == "compact":
+                retired, freed = db.compact()
+                print(f"retired {retired} segments, reclaimed {freed} bytes")
+            elif a.cmd == "check":
+                n, problems = db.check()
+                for p_ in problems:
+                    print(p_)
+                print(f"{n} records checked, {len(problems)} problems")
+                return 1 if problems else 0
+            elif a.cmd == "stats":
+                st = {**db.stats(), "recovery": db.recovery}
+                if a.json:
+                    print(json.dumps(st, indent=2))
+                else:
+                    for name, value in st.items():
+                        print(f"{name:16} {value}")
+    except (OSError, ValueError) as e:
+        print(f"uringkit kv: {e}", file=sys.stderr)
+        return 1
+    return 0

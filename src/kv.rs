@@ -1,0 +1,232 @@
+//! `KvStore`: the Python face of `uringkit_core::kv::Store`.
+
+use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use std::path::PathBuf;
+use std::sync::Arc;
+use uringkit_core::kv::{Durability, Options, Store};
+
+fn kv_err(e: std::io::Error) -> PyErr {
+    use std::io::ErrorKind as K;
+    let code = e.raw_os_error().or(match e.kind() {
+        K::NotFound => Some(libc::ENOENT),
+        K::WouldBlock => Some(libc::EAGAIN),
+        K::StorageFull => Some(libc::ENOSPC),
+        K::InvalidData => Some(libc::EIO),
+        _ => None,
+    });
+    match (e.kind(), code) {
+        (K::InvalidInput, _) => PyValueError::new_err(e.to_string()),
+        (_, Some(code)) => PyOSError::new_err((code, e.to_string())),
+        (_, None) => PyOSError::new_err(e.to_string()),
+    }
+}
+
+fn bytes_arg<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+    match obj.cast::<PyBytes>() {
+        Ok(b) => Ok(b.as_bytes()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{what} must be bytes, not {}",
+            obj.get_type().name()?
+        ))),
+    }
+}
+
+/// The native store. Use `uringkit.kv.open()`.
+#[pyclass(module = "uringkit._native", frozen)]
+pub struct KvStore {
+    inner: std::sync::Mutex<Option<Arc<Store>>>,
+}
+
+impl KvStore {
+    fn store(&self) -> PyResult<Arc<Store>> {
+        self.inner
+            .lock()
+            .expect("kv")
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("operation on a closed store"))
+    }
+}
+
+#[pymethods]
+impl KvStore {
+    #[new]
+    #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
+        repair=false, segment_size=256<<20, io_uring=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        durability: &str,
+        batch_ms: u64,
+        batch_bytes: u64,
+        create: bool,
+        repair: bool,
+        segment_size: u64,
+        io_uring: bool,
+    ) -> PyResult<Self> {
+        let durability = match durability {
+            "sync" => Durability::Sync,
+            "batch" => Durability::Batch {
+                ms: batch_ms,
+                bytes: batch_bytes,
+            },
+            "none" => Durability::None,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "durability={other:?}: use \"sync\", \"batch\" or \"none\""
+                )))
+            }
+        };
+        if segment_size < 4096 {
+            return Err(PyValueError::new_err("segment_size must be at least 4096"));
+        }
+        let opts = Options {
+            durability,
+            create,
+            repair,
+            segment_size,
+            use_uring: io_uring,
+        };
+        let store = py.detach(|| Store::open(&path, opts)).map_err(kv_err)?;
+        Ok(KvStore {
+            inner: std::sync::Mutex::new(Some(Arc::new(store))),
+        })
+    }
+
+    /// Store `value` under `key` (durable on return with durability="sync").
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let s = self.store()?;
+        let (k, v) = (bytes_arg(key, "key")?, bytes_arg(value, "value")?);
+        py.detach(|| s.put(k, v)).map_err(kv_err)
+    }
+
+    /// The value of `key`, or None.
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let s = self.store()?;
+        let k = bytes_arg(key, "key")?;
+        let v = s.get(k).map_err(kv_err)?;
+        Ok(v.map(|v| PyBytes::new(py, &v)))
+    }
+
+    /// Delete `key`; returns whether it existed.
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let s = self.store()?;
+        let k = bytes_arg(key, "key")?;
+        py.detach(|| s.delete(k)).map_err(kv_err)
+    }
+
+    /// Values for many keys (None for missing ones), in order.
+    fn multi_get<'py>(&self, py: Python<'py>, keys: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyList>> {
+        let s = self.store()?;
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let vals = py.detach(|| s.multi_get(&refs)).map_err(kv_err)?;
+        let items: Vec<Option<Bound<'py, PyBytes>>> = vals
+            .into_iter()
+            .map(|v| v.map(|v| PyBytes::new(py, &v)))
+            .collect();
+        PyList::new(py, items)
+    }
+
+    /// Apply [(key, value_or_None), ...] atomically.
+    fn batch(&self, py: Python<'_>, ops: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> PyResult<()> {
+        let s = self.store()?;
+        let refs: Vec<(&[u8], Option<&[u8]>)> = ops
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .collect();
+        py.detach(|| s.batch(&refs)).map_err(kv_err)
+    }
+
+    fn contains(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let s = self.store()?;
+        Ok(s.contains(bytes_arg(key, "key")?))
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.store()?.len())
+    }
+
+    /// A snapshot of every key.
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let s = self.store()?;
+        let ks = s.keys();
+        PyList::new(py, ks.iter().map(|k| PyBytes::new(py, k)))
+    }
+
+    /// A snapshot of every (key, value) pair, values read as the list is built.
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let s = self.store()?;
+        let snap = s.snapshot();
+        let mut out = Vec::with_capacity(snap.len());
+        for (k, l, seg) in &snap {
+            let v = Store::read_at(seg, *l, k.len()).map_err(kv_err)?;
+            out.push((PyBytes::new(py, k), PyBytes::new(py, &v)));
+        }
+        PyList::new(py, out)
+    }
+
+    /// Rewrite live data into new segments and retire the old ones. Returns
+    /// (segments retired, bytes reclaimed).
+    fn compact(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
+        let s = self.store()?;
+        py.detach(|| s.compact()).map_err(kv_err)
+    }
+
+    /// Make everything written so far durable.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let s = self.store()?;
+        py.detach(|| s.sync()).map_err(kv_err)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.store()?;
+        let d = PyDict::new(py);
+        for (k, v) in s.stats() {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Verify every live record's CRC: (records checked, list of problems).
+    fn check(&self, py: Python<'_>) -> PyResult<(u64, Vec<String>)> {
+        let s = self.store()?;
+        py.detach(|| s.check()).map_err(kv_err)
+    }
+
+    /// What opening found: torn bytes dropped, records replayed, hints used, time.
+    fn recovery<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.store()?;
+        let r = &s.recovery;
+        let d = PyDict::new(py);
+        d.set_item("segments", r.segments)?;
+        d.set_item("records", r.records)?;
+        d.set_item("segments_from_hints", r.from_hints)?;
+        d.set_item("torn_bytes", r.torn_bytes)?;
+        d.set_item("torn_segment", r.torn_segment.clone())?;
+        d.set_item("skipped", r.skipped.clone())?;
+        d.set_item("seconds", r.elapsed.as_secs_f64())?;
+        Ok(d)
+    }
+
+    /// Flush, release the writer lock, close. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let s = self.inner.lock().expect("kv").take();
+        py.detach(|| drop(s));
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.lock().expect("kv").is_none()
+    }
+}

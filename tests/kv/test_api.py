@@ -1,0 +1,222 @@
+"""The xkv API: puts, gets, deletes, batches, iteration, compaction, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from uringkit import kv
+
+
+@pytest.mark.parametrize("durability", ["sync", "batch", "none"])
+def test_basic_roundtrip(tmp_path: Path, durability: str) -> None:
+    p = tmp_path / "db"
+    with kv.open(p, durability=durability) as db:
+        db.put(b"a", b"1")
+        db.put(b"b", b"2" * 1000)
+        assert db.get(b"a") == b"1" and db.get(b"missing") is None
+        assert db.get(b"missing", b"dflt") == b"dflt"
+        assert db.delete(b"a") is True and db.delete(b"a") is False
+        assert b"b" in db and b"a" not in db and len(db) == 1
+        with db.batch() as b:
+            b.put(b"x", b"10")
+            b.put(b"y", b"20")
+            b.delete(b"b")
+        assert sorted(db.keys()) == [b"x", b"y"]
+        assert sorted(db.items()) == [(b"x", b"10"), (b"y", b"20")]
+        assert db.multi_get([b"y", b"nope", b"x"]) == [b"20", None, b"10"]
+    with kv.open(p) as db:
+        assert sorted(db.items()) == [(b"x", b"10"), (b"y", b"20")]
+
+
+def test_failed_batch_is_not_applied(tmp_path: Path) -> None:
+    with kv.open(tmp_path / "db") as db:
+        with pytest.raises(RuntimeError), db.batch() as b:
+            b.put(b"k", b"v")
+            raise RuntimeError("abort")
+        assert db.get(b"k") is None
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    with kv.open(tmp_path / "db") as db:
+        with pytest.raises(TypeError, match="key must be bytes"):
+            db.put("text", b"v")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="value must be bytes"):
+            db.put(b"k", 42)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="64 KiB"):
+            db.put(b"k" * (64 * 1024 + 1), b"v")
+        with pytest.raises(ValueError, match="1 byte"):
+            db.put(b"", b"v")
+    with pytest.raises(ValueError, match="durability"):
+        kv.open(tmp_path / "db2", durability="maybe")
+    with pytest.raises(FileNotFoundError):
+        kv.open(tmp_path / "absent", create=False)
+
+
+def test_use_after_close(tmp_path: Path) -> None:
+    db = kv.open(tmp_path / "db")
+    db.close()
+    db.close()
+    assert db.closed
+    with pytest.raises(ValueError, match="closed"):
+        db.get(b"k")
+
+
+def test_large_values_and_compaction(tmp_path: Path) -> None:
+    with kv.open(tmp_path / "db", segment_size=1 << 20) as db:
+        big = bytes(range(256)) * 4096  # 1 MiB
+        db.put(b"big", big)
+        for r in range(4):
+            for i in range(300):
+                db.put(b"k%d" % i, b"%d" % r * 500)
+        for i in range(100):
+            db.delete(b"k%d" % i)
+        before = db.stats()["bytes_on_disk"]
+        retired, freed = db.compact()
+        assert retired >= 2 and freed > 0
+        assert db.stats()["bytes_on_disk"] < before
+        assert db.get(b"big") == big and db.get(b"k150") == b"3" * 500
+        assert db.get(b"k5") is None and len(db) == 201
+        n, problems = db.check()
+        assert n == 201 and problems == []
+    with kv.open(tmp_path / "db") as db:
+        assert db.recovery["segments_from_hints"] >= 1
+        assert db.get(b"big") == big and len(db) == 201
+
+
+def test_compaction_while_writing(tmp_path: Path) -> None:
+    import threading
+
+    with kv.open(tmp_path / "db", durability="none", segment_size=256 << 10) as db:
+        for i in range(5000):
+            db.put(b"k%d" % i, b"old")
+        stop = threading.Event()
+
+        def writer() -> None:
+            i = 0
+            while not stop.is_set():
+                db.put(b"k%d" % (i % 5000), b"new%d" % i)
+                i += 1
+
+        t = threading.Thread(target=writer)
+        t.start()
+        for _ in range(3):
+            db.compact()
+        stop.set()
+        t.join()
+        vals = dict(db.items())
+        assert len(vals) == 5000
+        assert all(v == b"old" or v.startswith(b"new") for v in vals.values())
+
+
+def test_second_writer_refused_across_processes(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    code = (
+        "import sys\nfrom uringkit import kv\n"
+        "try:\n    kv.open(sys.argv[1])\nexcept BlockingIOError as e:\n    print('refused', e)\n"
+    )
+    with kv.open(p):
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60
+        )
+        assert out.stdout.startswith("refused") and "another process" in out.stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout == ""  # free again once the first writer is gone
+
+
+def test_concurrent_writer_threads_share_syncs(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with kv.open(tmp_path / "db") as db:
+        with ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda i: db.put(b"k%d" % i, b"v"), range(800)))
+        assert len(db) == 800
+        st = db.stats()
+        assert st["write_syscalls"] < 800  # group commit: fewer writes than puts
+
+
+def test_async_api(tmp_path: Path) -> None:
+    async def go() -> list[bytes | None]:
+        async with kv.open_async(tmp_path / "db") as db:
+            await asyncio.gather(*(db.put(b"k%d" % i, b"v%d" % i) for i in range(200)))
+            await db.batch([(b"a", b"1"), (b"k0", None)])
+            return [await db.get(b"k5"), await db.get(b"k0"), await db.get(b"a")]
+
+    assert asyncio.run(go()) == [b"v5", None, b"1"]
+
+
+def test_index_memory_is_native(tmp_path: Path) -> None:
+    with kv.open(tmp_path / "db", durability="none") as db:
+        with db.batch() as b:
+            for i in range(200_000):
+                b.put(b"%016d" % i, b"v")
+        per_key = db.stats()["index_bytes"] / len(db) - 16
+        assert per_key <= 64, f"{per_key:.1f} bytes of index overhead per key"
+
+
+def test_torn_tail_warning(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    with kv.open(p) as db:
+        db.put(b"k", b"v")
+    seg = sorted(p.glob("*.seg"))[-1]
+    with open(seg, "ab") as f:
+        f.write(b"\x01\x02\x03 half a record")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with kv.open(p) as db:
+            assert db.get(b"k") == b"v"
+    assert any("torn tail of 17 bytes" in str(x.message) for x in w)
+
+
+def test_corruption_elsewhere_names_file_and_offset(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    with kv.open(p, segment_size=64 << 10) as db:
+        for i in range(2000):
+            db.put(b"k%d" % i, b"x" * 64)
+    first = p / "00000001.seg"
+    data = bytearray(first.read_bytes())
+    data[200] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with pytest.raises(OSError, match=r"00000001\.seg: corrupt record at offset \d+"):
+        kv.open(p)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with kv.open(p, repair=True) as db:
+            assert len(db) >= 1990
+    assert any("skipped" in str(x.message) for x in w)
+
+
+def test_disk_full_leaves_store_readable(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    mnt = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+    )
+    if mnt.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mnt.stderr.strip()}")
+    try:
+        p = small / "db"
+        with kv.open(p) as db:
+            db.put(b"keep", b"safe")
+            with pytest.raises(OSError) as ei:
+                for i in range(100):
+                    db.put(b"k%d" % i, b"x" * 50_000)
+            assert "No space left" in str(ei.value) and "still readable" in str(ei.value)
+            assert db.get(b"keep") == b"safe"
+            n, problems = db.check()
+            assert problems == []
+            stored = n
+        with kv.open(p) as db:  # reopens cleanly, nothing torn
+            assert db.get(b"keep") == b"safe" and len(db) == stored
+            assert db.recovery["torn_bytes"] == 0
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

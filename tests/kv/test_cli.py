@@ -1,0 +1,67 @@
+"""`uringkit kv ...` as users type it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def kv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "uringkit", "kv", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_commands(tmp_path: Path) -> None:
+    p = str(tmp_path / "s")
+    assert kv("put", p, "user:1", "ada").returncode == 0
+    assert kv("put", p, "user:2", "bob").returncode == 0
+    assert kv("get", p, "user:1").stdout == "ada\n"
+    out = kv("get", p, "nope")
+    assert out.returncode == 1 and "not found" in out.stderr
+    assert kv("scan", p, "--prefix", "user:").stdout == "user:1\tada\nuser:2\tbob\n"
+    assert kv("delete", p, "user:1").returncode == 0
+    assert kv("scan", p, "--keys-only").stdout == "user:2\n"
+    assert "retired" in kv("compact", p).stdout
+    out = kv("check", p)
+    assert out.returncode == 0 and "0 problems" in out.stdout
+    st = json.loads(kv("stats", p, "--json").stdout)
+    assert st["keys"] == 1
+    assert kv("--hex", "get", p, "757365723a32").stdout == "626f62\n"
+
+
+def test_missing_store_and_help(tmp_path: Path) -> None:
+    out = kv("get", str(tmp_path / "absent"), "k")
+    assert out.returncode == 1 and "no such store" in out.stderr
+    h = kv("--help")
+    assert h.returncode == 0 and "examples:" in h.stdout
+
+
+def test_bench_quick_xkv_and_sqlite(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "uringkit",
+            "kv",
+            "bench",
+            "--quick",
+            "--dir",
+            str(tmp_path),
+            "--only",
+            "xkv",
+            "sqlite3",
+            "--json-out",
+            str(tmp_path / "kv.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((tmp_path / "kv.json").read_text())
+    assert rows["random get hot (gets/s)"]["xkv"] > 0
+    assert set(rows["durable put P99 (ms)"]) == {"xkv", "sqlite3"}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("uringkit-kv")] == []
