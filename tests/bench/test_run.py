@@ -241,4 +241,15 @@ def test_disk_full_is_one_line(tmp_path: Path) -> None:
         assert "No space left on device" in out.stderr and "disk is full" in out.stderr
         assert out.stdout == ""
     finally:
-        subprocess.run(["umount", str(small)], check=False)
+        umount(small)
+
+
+def umount(path: Path) -> None:
+    """A closed io_uring drops its registered files asynchronously: retry, then detach."""
+    import time
+
+    for _ in range(50):
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.05)
+    subprocess.run(["umount", "-l", str(path)], check=False)

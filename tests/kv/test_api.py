@@ -219,4 +219,15 @@ def test_disk_full_leaves_store_readable(tmp_path: Path) -> None:
             assert db.get(b"keep") == b"safe" and len(db) == stored
             assert db.recovery["torn_bytes"] == 0
     finally:
-        subprocess.run(["umount", str(small)], check=False)
+        umount(small)
+
+
+def umount(path: Path) -> None:
+    """A closed io_uring drops its registered files asynchronously: retry, then detach."""
+    import time
+
+    for _ in range(50):
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.05)
+    subprocess.run(["umount", "-l", str(path)], check=False)

@@ -56,6 +56,15 @@ impl Index {
         }
     }
 
+    /// Room for `keys` entries and `arena` bytes of keys without rehashing.
+    pub fn reserve(&mut self, keys: usize, arena: usize) {
+        let hasher = &self.hasher;
+        let ar = &self.arena;
+        self.table
+            .reserve(keys, |e| hasher.hash_one(Self::key_at(ar, e.key_at)));
+        self.arena.reserve(arena);
+    }
+
     fn key_at(arena: &[u8], at: u64) -> &[u8] {
         let at = at as usize;
         let n = u32::from_le_bytes(arena[at..at + 4].try_into().expect("4")) as usize;

@@ -63,20 +63,69 @@ pub struct Segment {
     pub size: AtomicU64,
     /// bytes of records no longer referenced by the index
     pub dead: AtomicU64,
+    /// A shared read-only mapping of the first `map_len` bytes (reads copy from it: no
+    /// system call per get). Only offsets the index points to are read, and those are
+    /// always written (flushed) before they are indexed as readable.
+    map: *const u8,
+    map_len: usize,
 }
 
+// SAFETY: the mapping is read-only and shared; it lives as long as the Segment.
+unsafe impl Send for Segment {}
+// SAFETY: see above; concurrent reads of a read-only mapping are fine.
+unsafe impl Sync for Segment {}
+
 impl Segment {
-    fn new(fd: i32, size: u64, dead: u64) -> Arc<Segment> {
+    /// `reserve`: how far the segment may grow (the active one maps its whole capacity).
+    fn new(fd: i32, size: u64, dead: u64, reserve: u64) -> Arc<Segment> {
+        let len = size.max(reserve) as usize;
+        let map = if len == 0 {
+            std::ptr::null()
+        } else {
+            // SAFETY: a fresh shared read-only mapping of our fd; checked for MAP_FAILED.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                std::ptr::null()
+            } else {
+                p as *const u8
+            }
+        };
         Arc::new(Segment {
             fd,
             size: AtomicU64::new(size),
             dead: AtomicU64::new(dead),
+            map,
+            map_len: if map.is_null() { 0 } else { len },
         })
+    }
+
+    /// The bytes at [off, off+len) from the mapping, if mapped there.
+    fn mapped(&self, off: u64, len: usize) -> Option<&[u8]> {
+        let end = (off as usize).checked_add(len)?;
+        if self.map.is_null() || end > self.map_len {
+            return None;
+        }
+        // SAFETY: [off, end) lies inside the mapping, and inside the written part of the
+        // file (the caller reads only indexed records), so no SIGBUS.
+        Some(unsafe { std::slice::from_raw_parts(self.map.add(off as usize), len) })
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        if !self.map.is_null() {
+            // SAFETY: map/map_len are what mmap returned; nobody uses them after drop.
+            unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+        }
         // SAFETY: fd was opened by us and is closed exactly once.
         unsafe { libc::close(self.fd) };
     }
@@ -254,6 +303,13 @@ impl Store {
         // (compaction outputs carry hints and may have higher ids).
         let newest = ids.iter().rev().copied().find(|&id| !hinted(id));
         let mut index = Index::new();
+        // Reserve for the worst case (small records) so recovery never rehashes.
+        let total: u64 = ids
+            .iter()
+            .filter_map(|id| fs::metadata(dir.join(seg_name(*id))).ok())
+            .map(|m| m.len())
+            .sum();
+        index.reserve((total / 64) as usize, (total / 8) as usize);
         let mut raw: Vec<(u32, i32, u64)> = Vec::new();
         let mut seq = 0u64;
         for &id in &ids {
@@ -284,7 +340,15 @@ impl Store {
             .into_iter()
             .map(|(id, fd, size)| {
                 let used = live.get(&id).copied().unwrap_or(0);
-                (id, Segment::new(fd, size, size.saturating_sub(used)))
+                let reserve = if Some(id) == newest {
+                    opts.segment_size
+                } else {
+                    0
+                };
+                (
+                    id,
+                    Segment::new(fd, size, size.saturating_sub(used), reserve),
+                )
             })
             .collect();
         let max_id = ids.last().copied().unwrap_or(0);
@@ -299,7 +363,7 @@ impl Store {
                         return Err(e);
                     }
                 };
-                segs.insert(id, Segment::new(fd, 0, 0));
+                segs.insert(id, Segment::new(fd, 0, 0, opts.segment_size));
                 fsync_dir(dir)?;
                 id
             }
@@ -905,7 +969,7 @@ impl Store {
             &self.dir.join(seg_name(id)),
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
         )?;
-        let seg = Segment::new(fd, 0, 0);
+        let seg = Segment::new(fd, 0, 0, self.opts.segment_size);
         st.segs.insert(id, seg.clone());
         st.active = id;
         drop(st);
@@ -946,8 +1010,11 @@ impl Store {
     // ----- reads -----------------------------------------------------------------------
 
     fn read_value(seg: &Segment, loc: Loc, klen: usize) -> io::Result<Vec<u8>> {
-        let mut v = vec![0u8; loc.val_len as usize];
         let at = loc.off + (HEADER + klen) as u64;
+        if let Some(b) = seg.mapped(at, loc.val_len as usize) {
+            return Ok(b.to_vec());
+        }
+        let mut v = vec![0u8; loc.val_len as usize];
         let n = pread_exact(seg.fd, &mut v, at)?;
         if n != v.len() {
             return Err(err(
@@ -1159,7 +1226,7 @@ impl Store {
         {
             let mut st = self.state.write().expect("state");
             for (id, fd, size, entries) in &new_segs {
-                st.segs.insert(*id, Segment::new(*fd, *size, 0));
+                st.segs.insert(*id, Segment::new(*fd, *size, 0, 0));
                 for (k, l) in entries {
                     if let Some(cur) = st.index.get(k) {
                         if cur.seq == l.seq && old.contains(&cur.seg) {
