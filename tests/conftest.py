@@ -92,3 +92,16 @@ def wait_all(ring: Ring, n: int, timeout: float = 5.0) -> list:  # type: ignore[
         assert left > 0, f"only {len(out)} of {n} completions arrived: {out}"
         out.extend(ring.wait(n - len(out), timeout=left))
     return out
+
+
+def umount(path: Path) -> None:
+    """Unmount a test's small tmpfs. A closed io_uring drops its registered files
+    asynchronously, so the first attempts may find the mount busy: retry, then detach."""
+    import subprocess
+    import time
+
+    for _ in range(50):
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.05)
+    subprocess.run(["umount", "-l", str(path)], check=False)

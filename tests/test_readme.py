@@ -1,7 +1,9 @@
-"""The README's tour runs as written."""
+"""The README's Python examples run as written."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import re
 from pathlib import Path
@@ -11,14 +13,19 @@ from conftest import need_ops
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def test_readme_tour(tmp_path: Path, capsys: object) -> None:
+def test_readme_examples(tmp_path: Path) -> None:
     need_ops("read", "write", "fsync", "read_fixed")
-    text = README.read_text()
-    m = re.search(r"```python\n(.*?)```", text, re.S)
-    assert m
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) >= 2
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        exec(compile(m.group(1), "README.md", "exec"), {})
+        (tmp_path / "data.bin").write_bytes(os.urandom(16384))
+        for i, code in enumerate(blocks):
+            ns: dict[str, object] = {}
+            exec(compile(code, f"README.md block {i}", "exec"), ns)
+            main = ns.get("main")
+            if inspect.iscoroutinefunction(main):
+                asyncio.run(main())
     finally:
         os.chdir(cwd)

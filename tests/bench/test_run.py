@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import PROBED
+from conftest import PROBED, umount
 
 ENGINES = ["psync", "threads", "posixaio", "libaio"] + (["io_uring"] if PROBED else [])
 
@@ -244,12 +244,14 @@ def test_disk_full_is_one_line(tmp_path: Path) -> None:
         umount(small)
 
 
-def umount(path: Path) -> None:
-    """A closed io_uring drops its registered files asynchronously: retry, then detach."""
-    import time
-
-    for _ in range(50):
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.05)
-    subprocess.run(["umount", "-l", str(path)], check=False)
+def test_plot_for_jobs(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    jf = tmp_path / "j.fio"
+    jf.write_text(
+        f"[global]\nfilename={tmp_path / 'f'}\nsize=4m\nbs=4k\nrw=randread\n"
+        "ioengine=threads\n\n[d1]\niodepth=1\n\n[d8]\niodepth=8\n"
+    )
+    png = tmp_path / "p.png"
+    out = bench(str(jf), "--no-progress", f"--plot={png}")
+    assert out.returncode == 0, out.stderr
+    assert png.stat().st_size > 10_000

@@ -12,6 +12,8 @@ import pytest
 
 from uringkit import kv
 
+from conftest import umount
+
 
 @pytest.mark.parametrize("durability", ["sync", "batch", "none"])
 def test_basic_roundtrip(tmp_path: Path, durability: str) -> None:
@@ -220,14 +222,3 @@ def test_disk_full_leaves_store_readable(tmp_path: Path) -> None:
             assert db.recovery["torn_bytes"] == 0
     finally:
         umount(small)
-
-
-def umount(path: Path) -> None:
-    """A closed io_uring drops its registered files asynchronously: retry, then detach."""
-    import time
-
-    for _ in range(50):
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.05)
-    subprocess.run(["umount", "-l", str(path)], check=False)

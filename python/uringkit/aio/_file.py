@@ -8,10 +8,11 @@ import io
 import locale
 import os
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .._native import AlignedBuffer
 
+T = TypeVar("T", bytes, str)
 CHUNK = 64 * 1024
 
 
@@ -27,7 +28,36 @@ def _explain_direct(e: OSError, n: int, offset: int) -> OSError:
     )
 
 
-class AsyncFile:
+class _Lines(Generic[T]):
+    """readlines() and `async for line in f` on top of readline()."""
+
+    async def readline(self, size: int | None = -1) -> T:
+        raise NotImplementedError
+
+    async def readlines(self, hint: int = -1) -> list[T]:
+        lines: list[T] = []
+        total = 0
+        while True:
+            line = await self.readline()
+            if not line:
+                break
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                break
+        return lines
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+
+class AsyncFile(_Lines[bytes]):
     """A binary file (`open(..., 'rb'|'wb'|'ab'|'r+b'|…)`).
 
     Positioned like a stdlib file: read/write advance the position, seek/tell move and
@@ -200,28 +230,6 @@ class AsyncFile:
             if not await self._fill():
                 return self._from_buf(limit)
 
-    async def readlines(self, hint: int = -1) -> list[bytes]:
-        lines = []
-        total = 0
-        while True:
-            line = await self.readline()
-            if not line:
-                break
-            lines.append(line)
-            total += len(line)
-            if 0 < hint <= total:
-                break
-        return lines
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self
-
-    async def __anext__(self) -> bytes:
-        line = await self.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line
-
     # ----- writing -------------------------------------------------------------------------
 
     async def write(self, b: Any) -> int:
@@ -357,7 +365,7 @@ class AsyncFile:
         return f"<uringkit.aio.AsyncFile name={self.name!r} mode={self.mode!r}>"
 
 
-class AsyncTextFile:
+class AsyncTextFile(_Lines[str]):
     """A text file over an `AsyncFile`: decoding, universal newlines, like io.TextIOWrapper.
 
     `tell()` returns the byte position of the next character (valid for `seek`), as the
@@ -489,28 +497,6 @@ class AsyncTextFile:
                         continue
                 line, self._text = self._text, ""
                 return self._translate(line)
-
-    async def readlines(self, hint: int = -1) -> list[str]:
-        lines = []
-        total = 0
-        while True:
-            line = await self.readline()
-            if not line:
-                break
-            lines.append(line)
-            total += len(line)
-            if 0 < hint <= total:
-                break
-        return lines
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self
-
-    async def __anext__(self) -> str:
-        line = await self.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line
 
     async def write(self, s: str) -> int:
         if not isinstance(s, str):

@@ -176,7 +176,38 @@ def _jobs(
     if ours.get("output"):
         with open(ours["output"], "w") as fh:
             json.dump(doc, fh, indent=2)
+    if ours.get("plot"):
+        _plot_jobs(ours["plot"], [r["ours"][-1] for r in results], con)
     return 0
+
+
+def _plot_jobs(path: str, jobs: list[dict[str, Any]], con: Console) -> None:
+    """IOPS by queue depth, one line per engine (+ its options), and the completion
+    latency percentiles of each job at the deepest depth measured."""
+    curves: dict[str, dict[int, float]] = {}
+    lat: dict[str, dict[str, float]] = {}
+    for j in jobs:
+        u = j["uringkit"]
+        opts = j["job options"]
+        extra = [
+            k
+            for k in ("sqthread_poll", "registerfiles", "fixedbufs", "hipri")
+            if opts.get(k) in ("True", "1")
+        ]
+        name = u["engine"] + ("+" + "+".join(extra) if extra else "")
+        curves.setdefault(name, {})[int(u["iodepth"])] = report.iops(j)
+    for name, pts in curves.items():
+        deepest = max(pts)
+        for j in jobs:
+            if j["uringkit"]["iodepth"] == deepest and name.startswith(j["uringkit"]["engine"]):
+                d = "read" if j["read"]["total_ios"] else "write"
+                lat[f"{name} qd{deepest}"] = {
+                    k: float(v) for k, v in j[d]["clat_ns"]["percentile"].items()
+                }
+    if report.plot(path, curves, lat, "uringkit bench"):
+        con.print(f"wrote {path}")
+    else:
+        con.print("no plot: install the plot extra (pip install 'uringkit\\[plot]')")
 
 
 def _suite(ours: dict[str, Any], con: Console, as_json: bool, progress: bool) -> int:

@@ -113,7 +113,7 @@ def plot(
     a.set_xscale("log", base=2)
     a.set_xlabel("queue depth")
     a.set_ylabel("kIOPS")
-    a.set_title("4 KiB random read, O_DIRECT")
+    a.set_title("IOPS by queue depth")
     a.grid(True, alpha=0.3)
     a.legend(fontsize=8)
     labels = ["P50", "P90", "P99", "P99.9", "P99.99"]
@@ -122,7 +122,7 @@ def plot(
         b.plot(labels, [per.get(k, 0) / 1000 for k in keys], marker="o", label=name)
     b.set_yscale("log")
     b.set_ylabel("completion latency (µs)")
-    b.set_title("latency percentiles at qd32")
+    b.set_title("completion latency percentiles")
     b.grid(True, alpha=0.3)
     b.legend(fontsize=8)
     fig.suptitle(title)

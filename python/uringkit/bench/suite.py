@@ -396,4 +396,4 @@ class Suite:
                     lat[e.engine] = {
                         k: float(v) for k, v in b["read"]["clat_ns"]["percentile"].items()
                     }
-        return report.plot(path, curves, lat, "uringkit bench on this machine")
+        return report.plot(path, curves, lat, "uringkit bench: 4 KiB random read, O_DIRECT")

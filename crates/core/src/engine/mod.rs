@@ -79,6 +79,9 @@ pub struct UringOpts {
     pub single_issuer: bool,
     pub defer_taskrun: bool,
     pub coop_taskrun: bool,
+    /// Use COOP_TASKRUN | SINGLE_ISSUER when the kernel has them (what fio does), unless
+    /// the task-run flags were chosen explicitly.
+    pub fio_defaults: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -30,6 +30,17 @@ unsafe impl Send for Uring {}
 
 impl Uring {
     pub fn new(fd: i32, bufs: Buffers, depth: u32, o: &UringOpts) -> io::Result<Self> {
+        if o.fio_defaults && !o.sqthread_poll {
+            let tuned = UringOpts {
+                coop_taskrun: true,
+                single_issuer: true,
+                fio_defaults: false,
+                ..o.clone()
+            };
+            if let Ok(u) = Self::new(fd, bufs, depth, &tuned) {
+                return Ok(u);
+            }
+        }
         let mut b = IoUring::builder();
         if o.sqthread_poll {
             b.setup_sqpoll(1000);

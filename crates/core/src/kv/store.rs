@@ -779,6 +779,39 @@ impl Store {
         }
     }
 
+    /// Point the index at a pending write's records (written at `base` in segment `seg`),
+    /// counting what they replace as dead; `undo` records how to take them back.
+    fn index_updates(
+        st: &mut State,
+        seg: u32,
+        base: u64,
+        p: &Pending,
+        mut undo: Option<&mut Vec<(Vec<u8>, Option<Loc>)>>,
+    ) {
+        for (k, kind, vl, at) in &p.updates {
+            let loc = Loc {
+                seg,
+                val_len: *vl,
+                off: base + at,
+                seq: p.seq,
+            };
+            let old = if *kind == Kind::Delete {
+                st.index.remove(k)
+            } else {
+                st.index.put(k, loc, false)
+            };
+            if let Some(o) = old {
+                let dead = (HEADER + k.len() + o.val_len as usize) as u64;
+                if let Some(s) = st.segs.get(&o.seg) {
+                    s.dead.fetch_add(dead, Ordering::Relaxed);
+                }
+            }
+            if let Some(u) = undo.as_mut() {
+                u.push((k.clone(), old));
+            }
+        }
+    }
+
     /// durability "none"/"batch": records go to an in-memory write buffer (indexed at their
     /// future file offsets) that is written when it reaches 1 MiB, when a sync is due, or
     /// when a reader needs one of its records.
@@ -802,26 +835,7 @@ impl Store {
         {
             let mut st = self.state.write().expect("state");
             let seg_id = st.active;
-            for (k, kind, vl, at) in &p.updates {
-                let loc = Loc {
-                    seg: seg_id,
-                    val_len: *vl,
-                    off: base + at,
-                    seq: p.seq,
-                };
-                let old = if *kind == Kind::Delete {
-                    st.index.remove(k)
-                } else {
-                    st.index.put(k, loc, false)
-                };
-                if let Some(o) = old {
-                    let dead = (HEADER + k.len() + o.val_len as usize) as u64;
-                    if let Some(s) = st.segs.get(&o.seg) {
-                        s.dead.fetch_add(dead, Ordering::Relaxed);
-                    }
-                }
-                c.undo.push((k.clone(), old));
-            }
+            Self::index_updates(&mut st, seg_id, base, &p, Some(&mut c.undo));
         }
         let due = match self.opts.durability {
             Durability::Batch { ms, bytes } => {
@@ -935,25 +949,7 @@ impl Store {
         let mut st = self.state.write().expect("state");
         let mut base = off;
         for g in group {
-            for (k, kind, vl, at) in &g.updates {
-                let loc = Loc {
-                    seg: seg_id,
-                    val_len: *vl,
-                    off: base + at,
-                    seq: g.seq,
-                };
-                let old = if *kind == Kind::Delete {
-                    st.index.remove(k)
-                } else {
-                    st.index.put(k, loc, false)
-                };
-                if let Some(o) = old {
-                    let dead = (HEADER + k.len() + o.val_len as usize) as u64;
-                    if let Some(s) = st.segs.get(&o.seg) {
-                        s.dead.fetch_add(dead, Ordering::Relaxed);
-                    }
-                }
-            }
+            Self::index_updates(&mut st, seg_id, base, g, None);
             base += g.bytes.len() as u64;
         }
         seg.size.store(off + total, Ordering::Relaxed);
