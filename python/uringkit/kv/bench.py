@@ -195,6 +195,35 @@ def peers() -> list[Peer]:
     return out
 
 
+KILLED_WRITER = """
+import sys
+from uringkit.kv.bench import {cls}
+p = {cls}()
+p.open(sys.argv[1], durable=False)
+for i in range(10000):
+    p.put(b"killed-%d" % i, b"x" * 100)
+print("ready", flush=True)
+import time
+time.sleep(60)
+"""
+
+
+def killed_writer(cls: str, path: str) -> None:
+    """A process opens the store, writes, and is killed with SIGKILL mid-session."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER.format(cls=cls), path],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def du(path: str) -> int:
     total = 0
     for root, _, files in os.walk(path):
@@ -248,6 +277,12 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
             t = time.perf_counter()
             p.open(path, durable=False)
             rec("reopen after load (ms)", p.name, (time.perf_counter() - t) * 1000)
+            p.close()
+            # reopen after a writer was SIGKILLed
+            killed_writer(type(p).__name__, path)
+            t = time.perf_counter()
+            p.open(path, durable=False)
+            rec("reopen after SIGKILL (ms)", p.name, (time.perf_counter() - t) * 1000)
             p.close()
             shutil.rmtree(path)
             # 2. durable one at a time, with latency

@@ -92,37 +92,42 @@ impl Index {
     /// Insert or replace. With `only_newer`, an existing entry with a higher sequence
     /// number wins (recovery replays segments in any order). Returns the replaced location.
     pub fn put(&mut self, key: &[u8], loc: Loc, only_newer: bool) -> Option<Loc> {
+        use hashbrown::hash_table::Entry as E;
         let h = self.hasher.hash_one(key);
-        let arena = &self.arena;
-        if let Some(e) = self
-            .table
-            .find_mut(h, |e| Self::key_at(arena, e.key_at) == key)
-        {
-            if only_newer && e.loc.seq > loc.seq {
-                return None;
-            }
-            let old = e.loc;
-            if old.is_tombstone() && !loc.is_tombstone() {
-                self.tombstones -= 1;
-            } else if !old.is_tombstone() && loc.is_tombstone() {
-                self.tombstones += 1;
-            }
-            e.loc = loc;
-            return Some(old);
-        }
-        let at = self.arena.len() as u64;
-        self.arena
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
-        self.arena.extend_from_slice(key);
-        if loc.is_tombstone() {
-            self.tombstones += 1;
-        }
         let hasher = &self.hasher;
         let arena = &self.arena;
-        self.table.insert_unique(h, Entry { key_at: at, loc }, |e| {
-            hasher.hash_one(Self::key_at(arena, e.key_at))
-        });
-        None
+        // one probe: find the key or the slot to put it in
+        match self.table.entry(
+            h,
+            |e| Self::key_at(arena, e.key_at) == key,
+            |e| hasher.hash_one(Self::key_at(arena, e.key_at)),
+        ) {
+            E::Occupied(mut o) => {
+                let e = o.get_mut();
+                if only_newer && e.loc.seq > loc.seq {
+                    return None;
+                }
+                let old = e.loc;
+                if old.is_tombstone() && !loc.is_tombstone() {
+                    self.tombstones -= 1;
+                } else if !old.is_tombstone() && loc.is_tombstone() {
+                    self.tombstones += 1;
+                }
+                e.loc = loc;
+                Some(old)
+            }
+            E::Vacant(v) => {
+                let at = self.arena.len() as u64;
+                self.arena
+                    .extend_from_slice(&(key.len() as u32).to_le_bytes());
+                self.arena.extend_from_slice(key);
+                if loc.is_tombstone() {
+                    self.tombstones += 1;
+                }
+                v.insert(Entry { key_at: at, loc });
+                None
+            }
+        }
     }
 
     /// Remove a key; returns its location if it was live.

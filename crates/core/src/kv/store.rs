@@ -236,6 +236,59 @@ pub fn pread_exact(fd: i32, buf: &mut [u8], off: u64) -> io::Result<usize> {
     Ok(done)
 }
 
+/// A read-only private mapping of a whole file, unmapped on drop.
+struct ReadMap {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl ReadMap {
+    fn new(fd: i32, len: usize) -> io::Result<ReadMap> {
+        if len == 0 {
+            return Ok(ReadMap {
+                ptr: std::ptr::null(),
+                len: 0,
+            });
+        }
+        // SAFETY: mapping `len` bytes of an open fd read-only; checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ReadMap {
+            ptr: p as *const u8,
+            len,
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: ptr maps exactly len readable bytes for as long as self lives; the file is
+        // not truncated while it is mapped (recovery truncates only after unmapping).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for ReadMap {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: exactly what mmap returned.
+            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        }
+    }
+}
+
 fn seg_name(id: u32) -> String {
     format!("{id:08}.seg")
 }
@@ -438,9 +491,9 @@ impl Store {
         // SAFETY: fd is open; st is a valid out pointer.
         unsafe { libc::fstat(fd, &mut st) };
         let size = st.st_size as u64;
-        let mut data = vec![0u8; size as usize];
-        let got = pread_exact(fd, &mut data, 0)?;
-        data.truncate(got);
+        // Parse the segment in place through a read-only mapping (no copy of the file).
+        let map = ReadMap::new(fd, size as usize)?;
+        let data: &[u8] = map.bytes();
         let mut off = 0usize;
         let mut max_seq = 0u64;
         let mut batch: Vec<(Vec<u8>, Kind, u32, u64, u64)> = Vec::new();
@@ -525,6 +578,7 @@ impl Store {
         } else {
             data.len()
         };
+        drop(map); // unmap before truncating the file under it
         if newest && (end as u64) < size {
             rec.torn_bytes += size - end as u64;
             rec.torn_segment = Some(path.display().to_string());
