@@ -79,8 +79,10 @@ impl KvStore {
                 )))
             }
         };
-        if segment_size < 4096 {
-            return Err(PyValueError::new_err("segment_size must be at least 4096"));
+        if !(4096..=2 << 30).contains(&segment_size) {
+            return Err(PyValueError::new_err(
+                "segment_size must be between 4096 and 2 GiB",
+            ));
         }
         let opts = Options {
             durability,

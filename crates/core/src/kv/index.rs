@@ -25,11 +25,50 @@ impl Loc {
     }
 }
 
+/// 24 bytes: the key's position in the arena (in 4-byte units: arenas up to 16 GiB) and
+/// the location with a 32-bit offset (segments are at most 2 GiB).
 #[derive(Clone, Copy)]
 struct Entry {
-    key_at: u64,
-    loc: Loc,
+    key_at4: u32,
+    seg: u32,
+    val_len: u32,
+    off: u32,
+    seq: u64,
 }
+
+impl Entry {
+    fn new(at: usize, loc: Loc) -> Entry {
+        let mut e = Entry {
+            key_at4: (at / 4) as u32,
+            seg: 0,
+            val_len: 0,
+            off: 0,
+            seq: 0,
+        };
+        e.set_loc(loc);
+        e
+    }
+    fn at(&self) -> u64 {
+        self.key_at4 as u64 * 4
+    }
+    fn loc(&self) -> Loc {
+        Loc {
+            seg: self.seg,
+            val_len: self.val_len,
+            off: self.off as u64,
+            seq: self.seq,
+        }
+    }
+    fn set_loc(&mut self, l: Loc) {
+        self.seg = l.seg;
+        self.val_len = l.val_len;
+        self.off = l.off as u32;
+        self.seq = l.seq;
+    }
+}
+
+/// Largest arena the 32-bit (4-byte unit) key positions can address.
+pub const MAX_ARENA: usize = (u32::MAX as usize) * 4;
 
 pub struct Index {
     table: HashTable<Entry>,
@@ -61,7 +100,7 @@ impl Index {
         let hasher = &self.hasher;
         let ar = &self.arena;
         self.table
-            .reserve(keys, |e| hasher.hash_one(Self::key_at(ar, e.key_at)));
+            .reserve(keys, |e| hasher.hash_one(Self::key_at(ar, e.at())));
         self.arena.reserve(arena);
     }
 
@@ -84,8 +123,8 @@ impl Index {
         let h = self.hasher.hash_one(key);
         let arena = &self.arena;
         self.table
-            .find(h, |e| Self::key_at(arena, e.key_at) == key)
-            .map(|e| e.loc)
+            .find(h, |e| Self::key_at(arena, e.at()) == key)
+            .map(|e| e.loc())
             .filter(|l| !l.is_tombstone())
     }
 
@@ -99,32 +138,29 @@ impl Index {
         // one probe: find the key or the slot to put it in
         match self.table.entry(
             h,
-            |e| Self::key_at(arena, e.key_at) == key,
-            |e| hasher.hash_one(Self::key_at(arena, e.key_at)),
+            |e| Self::key_at(arena, e.at()) == key,
+            |e| hasher.hash_one(Self::key_at(arena, e.at())),
         ) {
             E::Occupied(mut o) => {
                 let e = o.get_mut();
-                if only_newer && e.loc.seq > loc.seq {
+                if only_newer && e.seq > loc.seq {
                     return None;
                 }
-                let old = e.loc;
+                let old = e.loc();
                 if old.is_tombstone() && !loc.is_tombstone() {
                     self.tombstones -= 1;
                 } else if !old.is_tombstone() && loc.is_tombstone() {
                     self.tombstones += 1;
                 }
-                e.loc = loc;
+                e.set_loc(loc);
                 Some(old)
             }
             E::Vacant(v) => {
-                let at = self.arena.len() as u64;
-                self.arena
-                    .extend_from_slice(&(key.len() as u32).to_le_bytes());
-                self.arena.extend_from_slice(key);
+                let at = Self::push_key(&mut self.arena, key);
                 if loc.is_tombstone() {
                     self.tombstones += 1;
                 }
-                v.insert(Entry { key_at: at, loc });
+                v.insert(Entry::new(at, loc));
                 None
             }
         }
@@ -136,16 +172,16 @@ impl Index {
         let arena = &self.arena;
         match self
             .table
-            .find_entry(h, |e| Self::key_at(arena, e.key_at) == key)
+            .find_entry(h, |e| Self::key_at(arena, e.at()) == key)
         {
             Ok(occ) => {
                 let (e, _) = occ.remove();
                 self.dead += 4 + key.len();
-                if e.loc.is_tombstone() {
+                if e.loc().is_tombstone() {
                     self.tombstones -= 1;
                     None
                 } else {
-                    Some(e.loc)
+                    Some(e.loc())
                 }
             }
             Err(_) => None,
@@ -158,8 +194,8 @@ impl Index {
             let arena = &self.arena;
             let mut dead = 0;
             self.table.retain(|e| {
-                if e.loc.is_tombstone() {
-                    dead += 4 + Self::key_at(arena, e.key_at).len();
+                if e.loc().is_tombstone() {
+                    dead += 4 + Self::key_at(arena, e.at()).len();
                     false
                 } else {
                     true
@@ -173,17 +209,36 @@ impl Index {
         }
     }
 
+    /// Append `[u32 len][key]` at a 4-byte boundary; returns its position.
+    fn push_key(arena: &mut Vec<u8>, key: &[u8]) -> usize {
+        while arena.len() % 4 != 0 {
+            arena.push(0);
+        }
+        let at = arena.len();
+        arena.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        arena.extend_from_slice(key);
+        at
+    }
+
+    /// Whether the arena can take `more` bytes of keys (16 GiB of keys at most).
+    pub fn has_room(&self, more: usize) -> bool {
+        self.arena.len() + more + 8 < MAX_ARENA
+    }
+
     fn rebuild_arena(&mut self) {
         let mut arena = Vec::with_capacity(self.arena.len() - self.dead);
         for e in self.table.iter_mut() {
-            let k = Self::key_at(&self.arena, e.key_at);
-            let at = arena.len() as u64;
-            arena.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            arena.extend_from_slice(k);
-            e.key_at = at;
+            let k = Self::key_at(&self.arena, e.at());
+            let at = Self::push_key(&mut arena, k);
+            e.key_at4 = (at / 4) as u32;
         }
         self.arena = arena;
         self.dead = 0;
+    }
+
+    /// Give back memory reserved beyond what the index holds (after recovery).
+    pub fn shrink(&mut self) {
+        self.arena.shrink_to_fit();
     }
 
     /// Every live key and its location (arbitrary order).
@@ -191,8 +246,8 @@ impl Index {
         let arena = &self.arena;
         self.table
             .iter()
-            .filter(|e| !e.loc.is_tombstone())
-            .map(move |e| (Self::key_at(arena, e.key_at), e.loc))
+            .filter(|e| !e.loc().is_tombstone())
+            .map(move |e| (Self::key_at(arena, e.at()), e.loc()))
     }
 
     /// Bytes of native memory the index uses (table + arena).

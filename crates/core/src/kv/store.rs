@@ -303,6 +303,15 @@ type NewSeg = (u32, i32, u64, Vec<(Vec<u8>, Loc)>);
 impl Store {
     pub fn open(dir: &Path, opts: Options) -> io::Result<Store> {
         let t0 = Instant::now();
+        if opts.segment_size < 4096 || opts.segment_size > 2 << 30 {
+            return Err(err(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "segment_size must be between 4 KiB and 2 GiB (got {})",
+                    opts.segment_size
+                ),
+            ));
+        }
         if !dir.exists() {
             if !opts.create {
                 return Err(err(
@@ -362,7 +371,7 @@ impl Store {
             .filter_map(|id| fs::metadata(dir.join(seg_name(*id))).ok())
             .map(|m| m.len())
             .sum();
-        index.reserve((total / 64) as usize, (total / 8) as usize);
+        index.reserve((total / 160) as usize, (total / 8) as usize);
         let mut raw: Vec<(u32, i32, u64)> = Vec::new();
         let mut seq = 0u64;
         for &id in &ids {
@@ -383,6 +392,7 @@ impl Store {
             raw.push((id, fd, size));
         }
         index.purge_tombstones();
+        index.shrink();
         rec.segments = raw.len();
         guard.0.clear(); // from here on, Segment owns each fd
         let mut live: BTreeMap<u32, u64> = BTreeMap::new();
@@ -725,6 +735,14 @@ impl Store {
     fn write(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
         for (k, v) in ops {
             Self::check_kv(k, *v)?;
+        }
+        let key_bytes: usize = ops.iter().map(|(k, _)| k.len() + 8).sum();
+        if !self.state.read().expect("state").index.has_room(key_bytes) {
+            return Err(err(
+                io::ErrorKind::OutOfMemory,
+                "the index holds 16 GiB of keys, its limit: compact() to reclaim deleted keys"
+                    .into(),
+            ));
         }
         let seq = {
             let mut st = self.state.write().expect("state");
