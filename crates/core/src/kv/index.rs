@@ -211,7 +211,7 @@ impl Index {
 
     /// Append `[u32 len][key]` at a 4-byte boundary; returns its position.
     fn push_key(arena: &mut Vec<u8>, key: &[u8]) -> usize {
-        while arena.len() % 4 != 0 {
+        while !arena.len().is_multiple_of(4) {
             arena.push(0);
         }
         let at = arena.len();
