@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from uringkit import Ring
+from uringkit import Fixed, Ring
 
 BATCH = 64
 
@@ -119,6 +119,15 @@ def main() -> int:
                 ring2.read_batch(fd, fixed_big, offs[b : b + BATCH], 4096)
             return n
 
+        ring3 = Ring(256, single_issuer=True, defer_taskrun=True)
+        ring3.register_files([fd])
+        (fixed3,) = ring3.register_buffers(1, 4096 * BATCH)
+
+        def ring_read_batch_tuned() -> int:
+            for b in range(0, n, BATCH):
+                ring3.read_batch(Fixed(0), fixed3, offs[b : b + BATCH], 4096)
+            return n
+
         def pread() -> int:
             p = os.pread
             for o in offs:
@@ -142,8 +151,10 @@ def main() -> int:
         res["ring_read_fixed_batch64_us"] = best_of(ring_read_fixed)
         res["read_batch64_us"] = best_of(ring_read_batch)
         res["read_batch64_fixedbuf_us"] = best_of(ring_read_batch_fixed)
+        res["read_batch64_fixedfile_fixedbuf_defer_us"] = best_of(ring_read_batch_tuned)
         ring.close()
         ring2.close()
+        ring3.close()
         os.close(fd)
     finally:
         os.unlink(path)

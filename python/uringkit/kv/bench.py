@@ -111,7 +111,8 @@ class Lmdb(Peer):
 
     def get(self, k: bytes) -> bytes | None:
         with self.env.begin() as t:
-            return t.get(k)
+            v: bytes | None = t.get(k)
+            return v
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
         with self.env.begin() as t:
@@ -166,7 +167,8 @@ class Rocks(Peer):
         self.db[k] = v
 
     def get(self, k: bytes) -> bytes | None:
-        return self.db.get(k)
+        v: bytes | None = self.db.get(k)
+        return v
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
         out: list[bytes | None] = cast(Any, self.db)[keys]  # rocksdict's native multi-get
