@@ -6,6 +6,7 @@ mod buffers;
 mod completion;
 mod convert;
 mod kv;
+mod libaio;
 mod ring;
 mod sys;
 
@@ -21,6 +22,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::BufferRing>()?;
     m.add_class::<buffers::BufferView>()?;
     m.add_class::<kv::KvStore>()?;
+    m.add_class::<libaio::LibaioContext>()?;
     m.add_function(wrap_pyfunction!(ring::op_table, m)?)?;
     m.add_function(wrap_pyfunction!(bench::run_job, m)?)?;
     sys::register(m)?;

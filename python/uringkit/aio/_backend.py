@@ -26,8 +26,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .._native import Completion, Ring, pread_nowait, pread_nowait_many
-from ..engines import choose_engine
+from .._native import Completion, LibaioContext, Ring, pread_nowait, pread_nowait_many
+from ..engines import choose_engine, libaio_usable
 
 RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
 AT_FDCWD = -100
@@ -130,6 +130,86 @@ class ThreadBackend:
         return await self.run(  # type: ignore[no-any-return]
             lambda: [_pread_full(fd, n, off) for off, n in ranges]
         )
+
+
+class LibaioBackend(ThreadBackend):
+    """Where io_uring is blocked: O_DIRECT reads and writes go through Linux native AIO
+    (truly asynchronous there), woken through an eventfd like the ring; everything else
+    runs on the thread pool."""
+
+    name = "libaio"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, depth: int = 1024) -> None:
+        super().__init__(loop)
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.ctx = LibaioContext(depth, self.efd)
+        self.waiting: dict[int, asyncio.Future[int]] = {}
+        self.next_ud = 1
+        self.closed = False
+        loop.add_reader(self.efd, self._on_ready)
+
+    def _on_ready(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self.efd)
+        for ud, res in self.ctx.completions():
+            fut = self.waiting.pop(ud, None)
+            if fut is not None and not fut.done():
+                fut.set_result(res)
+
+    async def _io(self, submit: Callable[[int], None]) -> int:
+        ud = self.next_ud
+        self.next_ud = ud + 1
+        fut: asyncio.Future[int] = self.loop.create_future()
+        self.waiting[ud] = fut
+        try:
+            submit(ud)
+        except BaseException:
+            self.waiting.pop(ud, None)
+            raise
+        # A cancelled task leaves the request running; the context keeps its buffer until
+        # the completion is reaped, and the result is dropped.
+        return await fut
+
+    @staticmethod
+    def _is_direct(fd: int) -> bool:
+        import fcntl
+
+        return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+
+    async def read_direct(self, fd: int, buf: Any, n: int, offset: int) -> int:
+        try:
+            res = await self._io(lambda ud: self.ctx.read(fd, buf, offset, ud, n))
+        except OSError as e:
+            if e.errno != errno.EAGAIN:
+                raise
+            return await super().read_direct(fd, buf, n, offset)  # queue full: a thread
+        if res < 0:
+            raise OSError(-res, os.strerror(-res))
+        return res
+
+    async def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        if offset < 0 or not self._is_direct(fd):
+            return await super().pwrite(fd, data, offset)
+        mv = memoryview(data).cast("B")
+        res = await self._io(lambda ud: self.ctx.write(fd, mv, offset, ud))
+        if res < 0:
+            raise OSError(-res, os.strerror(-res))
+        if res < len(mv):
+            res += await super().pwrite(fd, mv[res:], offset + res)
+        return res
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self.efd)
+        self.ctx.close()  # waits for what is in flight
+        os.close(self.efd)
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.cancel()
+        self.waiting.clear()
 
 
 def _pread_full(fd: int, n: int, offset: int) -> bytes:
@@ -428,21 +508,25 @@ def get_backend(direct: bool = False) -> Any:
     loop = asyncio.get_running_loop()
     b = _backends.get(loop)
     if b is None:
-        choice = choose_engine(direct=direct)
+        # O_DIRECT or not is decided per file later, so pick as for O_DIRECT work: where
+        # io_uring is blocked, libaio serves O_DIRECT files and threads everything else.
+        choice = choose_engine(direct=True)
+        b = None
         if choice.name == "io_uring":
-            try:
+            with contextlib.suppress(OSError):
                 b = RingBackend(loop)
-            except OSError:
-                b = ThreadBackend(loop)
-        else:
+        if b is None and choice.name in ("io_uring", "libaio") and libaio_usable()[0]:
+            with contextlib.suppress(OSError):
+                b = LibaioBackend(loop)
+        if b is None:
             b = ThreadBackend(loop)
         _backends[loop] = b
-        if isinstance(b, RingBackend):
+        if isinstance(b, (RingBackend, LibaioBackend)):
             _hook_close(loop, b)
     return b
 
 
-def _hook_close(loop: asyncio.AbstractEventLoop, b: RingBackend) -> None:
+def _hook_close(loop: asyncio.AbstractEventLoop, b: RingBackend | LibaioBackend) -> None:
     """Close the ring when the loop closes (cancelling and waiting for what is in flight)."""
     orig = loop.close
 

@@ -219,3 +219,135 @@ impl Drop for Libaio {
         }
     }
 }
+
+const IOCB_FLAG_RESFD: u32 = 1;
+
+/// A libaio context for event loops: each request signals an eventfd when it completes
+/// (`IOCB_FLAG_RESFD`), completions are reaped without blocking. The caller keeps each
+/// request's buffer alive until its completion is reaped (or `destroy` returns).
+pub struct EventCtx {
+    ctx: libc::c_ulong,
+    efd: i32,
+    cbs: std::collections::HashMap<u64, Box<Iocb>>,
+    events: Vec<IoEvent>,
+}
+
+// SAFETY: the context id and eventfd are plain handles; the boxed iocbs are only touched
+// by the owner (and read by the kernel while in flight).
+unsafe impl Send for EventCtx {}
+
+impl EventCtx {
+    pub fn new(depth: u32, efd: i32) -> io::Result<EventCtx> {
+        let mut ctx: libc::c_ulong = 0;
+        // SAFETY: io_setup writes the new context id into ctx.
+        if unsafe { libc::syscall(libc::SYS_io_setup, depth as libc::c_long, &mut ctx) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(EventCtx {
+            ctx,
+            efd,
+            cbs: std::collections::HashMap::new(),
+            events: vec![IoEvent::default(); depth.max(1) as usize],
+        })
+    }
+
+    /// Submit one read (`write == false`) or write of `len` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for `len` bytes until this request's completion is reaped.
+    pub unsafe fn submit(
+        &mut self,
+        data: u64,
+        fd: i32,
+        write: bool,
+        buf: *mut u8,
+        len: usize,
+        off: u64,
+    ) -> io::Result<()> {
+        let mut cb = Box::new(Iocb {
+            aio_data: data,
+            aio_lio_opcode: if write {
+                IOCB_CMD_PWRITE
+            } else {
+                IOCB_CMD_PREAD
+            },
+            aio_fildes: fd as u32,
+            aio_buf: buf as u64,
+            aio_nbytes: len as u64,
+            aio_offset: off as i64,
+            aio_flags: IOCB_FLAG_RESFD,
+            aio_resfd: self.efd as u32,
+            ..Default::default()
+        });
+        let p: *mut Iocb = &mut *cb;
+        let ptrs = [p];
+        // SAFETY: the iocb is boxed (stable address) and kept in `cbs` until reaped.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_io_submit,
+                self.ctx,
+                1 as libc::c_long,
+                ptrs.as_ptr(),
+            )
+        };
+        if rc != 1 {
+            return Err(if rc < 0 {
+                io::Error::last_os_error()
+            } else {
+                io::Error::from_raw_os_error(libc::EAGAIN)
+            });
+        }
+        self.cbs.insert(data, cb);
+        Ok(())
+    }
+
+    /// Completed requests as (data, result) without blocking.
+    pub fn reap(&mut self, out: &mut Vec<(u64, i64)>) -> io::Result<()> {
+        loop {
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: events has room for its length; a zero timeout never blocks.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_io_getevents,
+                    self.ctx,
+                    0 as libc::c_long,
+                    self.events.len() as libc::c_long,
+                    self.events.as_mut_ptr(),
+                    &zero as *const libc::timespec,
+                )
+            };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(e);
+            }
+            for ev in &self.events[..rc as usize] {
+                self.cbs.remove(&ev.data);
+                out.push((ev.data, ev.res));
+            }
+            if (rc as usize) < self.events.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.cbs.len()
+    }
+}
+
+impl Drop for EventCtx {
+    fn drop(&mut self) {
+        // io_destroy cancels what it can and waits for the rest before returning, so the
+        // buffers the caller still holds are no longer used afterwards.
+        // SAFETY: ctx came from io_setup and is destroyed once.
+        unsafe {
+            libc::syscall(libc::SYS_io_destroy, self.ctx);
+        }
+    }
+}
