@@ -129,9 +129,20 @@ impl KvStore {
     }
 
     /// Values for many keys (None for missing ones), in order.
-    fn multi_get<'py>(&self, py: Python<'py>, keys: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyList>> {
+    fn multi_get<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let s = self.store()?;
-        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let mut held: Vec<Bound<'py, PyBytes>> = Vec::new();
+        for k in keys.try_iter()? {
+            held.push(
+                k?.cast_into::<PyBytes>()
+                    .map_err(|_| PyTypeError::new_err("keys must be bytes"))?,
+            );
+        }
+        let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
         let vals = py.detach(|| s.multi_get(&refs)).map_err(kv_err)?;
         let items: Vec<Option<Bound<'py, PyBytes>>> = vals
             .into_iter()
@@ -140,12 +151,32 @@ impl KvStore {
         PyList::new(py, items)
     }
 
-    /// Apply [(key, value_or_None), ...] atomically.
-    fn batch(&self, py: Python<'_>, ops: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> PyResult<()> {
+    /// Apply [(key, value_or_None), ...] atomically. Keys and values are read in place
+    /// (no copies) while the GIL is released: they are immutable bytes.
+    fn batch(&self, py: Python<'_>, ops: &Bound<'_, PyAny>) -> PyResult<()> {
         let s = self.store()?;
-        let refs: Vec<(&[u8], Option<&[u8]>)> = ops
+        let mut held: Vec<(Bound<'_, PyBytes>, Option<Bound<'_, PyBytes>>)> = Vec::new();
+        for item in ops.try_iter()? {
+            let item = item?;
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+                PyTypeError::new_err("batch ops must be (key, value_or_None) pairs")
+            })?;
+            let k = k
+                .cast_into::<PyBytes>()
+                .map_err(|_| PyTypeError::new_err("batch keys must be bytes"))?;
+            let v = if v.is_none() {
+                None
+            } else {
+                Some(
+                    v.cast_into::<PyBytes>()
+                        .map_err(|_| PyTypeError::new_err("batch values must be bytes or None"))?,
+                )
+            };
+            held.push((k, v));
+        }
+        let refs: Vec<(&[u8], Option<&[u8]>)> = held
             .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .map(|(k, v)| (k.as_bytes(), v.as_ref().map(|v| v.as_bytes())))
             .collect();
         py.detach(|| s.batch(&refs)).map_err(kv_err)
     }

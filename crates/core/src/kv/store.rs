@@ -158,8 +158,9 @@ struct Commit {
 struct Pending {
     ticket: u64,
     bytes: Vec<u8>,
-    /// (key, kind, val_len, offset of the record within `bytes`)
-    updates: Vec<(Vec<u8>, Kind, u32, u64)>,
+    /// (key length, kind, val_len, offset of the record within `bytes`); the key itself is
+    /// read back from the encoded record (no copy per key)
+    updates: Vec<(u32, Kind, u32, u64)>,
     seq: u64,
 }
 
@@ -762,11 +763,11 @@ impl Store {
             match v {
                 Some(v) => {
                     record::encode(&mut bytes, Kind::Put, flags, seq, k, v);
-                    updates.push((k.to_vec(), Kind::Put, v.len() as u32, at));
+                    updates.push((k.len() as u32, Kind::Put, v.len() as u32, at));
                 }
                 None => {
                     record::encode(&mut bytes, Kind::Delete, flags, seq, k, b"");
-                    updates.push((k.to_vec(), Kind::Delete, 0, at));
+                    updates.push((k.len() as u32, Kind::Delete, 0, at));
                 }
             }
         }
@@ -860,7 +861,9 @@ impl Store {
         p: &Pending,
         mut undo: Option<&mut Vec<(Vec<u8>, Option<Loc>)>>,
     ) {
-        for (k, kind, vl, at) in &p.updates {
+        for (klen, kind, vl, at) in &p.updates {
+            let ks = *at as usize + HEADER;
+            let k = &p.bytes[ks..ks + *klen as usize];
             let loc = Loc {
                 seg,
                 val_len: *vl,
@@ -879,7 +882,7 @@ impl Store {
                 }
             }
             if let Some(u) = undo.as_mut() {
-                u.push((k.clone(), old));
+                u.push((k.to_vec(), old));
             }
         }
     }
