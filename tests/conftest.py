@@ -105,3 +105,23 @@ def umount(path: Path) -> None:
             return
         time.sleep(0.05)
     subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs (for disk-full tests); skipped where mounting is not allowed."""
+    import subprocess
+
+    small = tmp_path / "small"
+    small.mkdir()
+    mnt = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+    )
+    if mnt.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mnt.stderr.strip()}")
+    try:
+        yield small
+    finally:
+        umount(small)
