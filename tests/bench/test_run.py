@@ -132,6 +132,8 @@ def test_libaio_buffered_warns(tmp_path: Path) -> None:
                 "--bs=512",
                 "--numjobs=2",
                 "--direct=1",
+                "--time_based=1",  # both jobs' contexts exist at once
+                "--runtime=1",
             ],
             "aio-max-nr",
         ),

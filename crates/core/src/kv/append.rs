@@ -7,16 +7,25 @@ use io_uring::{opcode, squeue, types, IoUring};
 use std::io;
 
 const STAGING: usize = 1 << 20;
+/// The active segment is zero-filled ahead of the writes in steps of this size: appends
+/// then land inside the file's size on already-written blocks, so each fdatasync flushes
+/// data only — no journal commit for a size or extent change per durable put.
+const PREFILL: u64 = 4 << 20;
 
 pub struct Appender {
     ring: Option<(IoUring, AlignedBuf)>,
     fd: i32,
     pub uring: bool,
     pub syscalls: u64,
+    /// Bytes of the file known to be written (zeros or data); appends below it need no
+    /// metadata update.
+    filled: u64,
+    prefill: bool,
 }
 
 impl Appender {
-    pub fn new(fd: i32, want_uring: bool) -> Appender {
+    /// `size`: the file's current (recovered) size.
+    pub fn new(fd: i32, want_uring: bool, size: u64) -> Appender {
         let ring = if want_uring {
             Self::setup(fd).ok()
         } else {
@@ -27,6 +36,50 @@ impl Appender {
             ring,
             fd,
             syscalls: 0,
+            filled: size,
+            prefill: true,
+        }
+    }
+
+    /// Zero-fill the file up to past `end` (one fdatasync per 4 MiB). If the disk cannot
+    /// take it, stop pre-filling and append plainly.
+    fn prefill_to(&mut self, end: u64) {
+        if !self.prefill || end <= self.filled {
+            return;
+        }
+        let start = self.filled;
+        let target = (end / PREFILL + 1) * PREFILL;
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = start;
+        let mut ok = true;
+        while at < target {
+            let n = zeros.len().min((target - at) as usize);
+            // SAFETY: zeros is valid for n bytes; fd is open for writing.
+            let r = unsafe { libc::pwrite(self.fd, zeros.as_ptr().cast(), n, at as i64) };
+            if r <= 0 {
+                ok = false;
+                break;
+            }
+            at += r as u64;
+        }
+        // SAFETY: fd is open.
+        if ok && unsafe { libc::fdatasync(self.fd) } == 0 {
+            self.syscalls += 1 + (target - start).div_ceil(1 << 20);
+            self.filled = target;
+        } else {
+            // (a full disk, typically): cut the zeros back off and append plainly
+            // SAFETY: fd is open for writing.
+            unsafe { libc::ftruncate(self.fd, start as i64) };
+            self.prefill = false;
+        }
+    }
+
+    /// The segment is done (rolled or closed): drop the zero-filled tail beyond `end`.
+    pub fn seal(&mut self, end: u64) {
+        if self.filled > end {
+            // SAFETY: fd is open for writing.
+            unsafe { libc::ftruncate(self.fd, end as i64) };
+            self.filled = end;
         }
     }
 
@@ -47,6 +100,7 @@ impl Appender {
     /// Point the appender at a new active segment.
     pub fn set_fd(&mut self, fd: i32) -> io::Result<()> {
         self.fd = fd;
+        self.filled = 0;
         if let Some((ring, _)) = &self.ring {
             ring.submitter().register_files_update(0, &[fd])?;
         }
@@ -56,6 +110,7 @@ impl Appender {
     /// Write all of `data` at `off`, then (if `sync`) make it durable. Short writes are
     /// resubmitted; any error is returned (the caller truncates the partial tail).
     pub fn append(&mut self, data: &[u8], off: u64, sync: bool) -> io::Result<()> {
+        self.prefill_to(off + data.len() as u64);
         let Some((ring, buf)) = self.ring.as_mut() else {
             return self.append_plain(data, off, sync);
         };

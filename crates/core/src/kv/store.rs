@@ -463,7 +463,8 @@ impl Store {
             }
         };
         let act = segs[&active].clone();
-        let appender = Appender::new(act.fd, opts.use_uring);
+        let act_size0 = act.size.load(Ordering::Relaxed);
+        let appender = Appender::new(act.fd, opts.use_uring, act_size0);
         rec.elapsed = t0.elapsed();
         let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
         let act_size = act.size.load(Ordering::Relaxed);
@@ -622,8 +623,20 @@ impl Store {
         };
         drop(map); // unmap before truncating the file under it
         if newest && (end as u64) < size {
-            rec.torn_bytes += size - end as u64;
-            rec.torn_segment = Some(path.display().to_string());
+            // A zero-filled tail is the appender's pre-fill (a crash before it was cut off),
+            // not a torn write: only non-zero bytes beyond the last record count as torn.
+            let map2 = ReadMap::new(fd, size as usize)?;
+            let tail = &map2.bytes()[end..];
+            let garbage = tail
+                .iter()
+                .rposition(|&b| b != 0)
+                .map(|p| p + 1)
+                .unwrap_or(0);
+            drop(map2);
+            if garbage > 0 {
+                rec.torn_bytes += garbage as u64;
+                rec.torn_segment = Some(path.display().to_string());
+            }
             // SAFETY: fd is open for writing.
             if unsafe { libc::ftruncate(fd, end as i64) } != 0 {
                 return Err(io::Error::last_os_error());
@@ -929,8 +942,9 @@ impl Store {
         let end = c.write_off + c.wbuf.len() as u64;
         if end > 0 && end + p.bytes.len() as u64 > self.opts.segment_size {
             self.flush_locked(&mut c, false)?;
+            let seal_at = c.write_off;
             let mut app = c.appender.take().expect("appender");
-            let r = self.roll(&mut app);
+            let r = self.roll(&mut app, seal_at);
             c.appender = Some(app);
             r?;
             c.write_off = 0;
@@ -1032,7 +1046,7 @@ impl Store {
             (st.active, st.segs[&st.active].clone())
         };
         if off > 0 && off + total > self.opts.segment_size {
-            let (id, s) = self.roll(app)?;
+            let (id, s) = self.roll(app, off)?;
             seg_id = id;
             seg = s;
             off = 0;
@@ -1063,7 +1077,8 @@ impl Store {
     }
 
     /// Start a new active segment (the old one becomes immutable).
-    fn roll(&self, app: &mut Appender) -> io::Result<(u32, Arc<Segment>)> {
+    fn roll(&self, app: &mut Appender, seal_at: u64) -> io::Result<(u32, Arc<Segment>)> {
+        app.seal(seal_at);
         let mut st = self.state.write().expect("state");
         let id = st.next_id;
         st.next_id += 1;
@@ -1309,8 +1324,9 @@ impl Store {
                 c = self.commit_cv.wait(c).expect("commit wait");
             }
             self.flush_locked(&mut c, true)?;
+            let seal_at = c.write_off;
             let mut app = c.appender.take().expect("appender");
-            let r = self.roll(&mut app);
+            let r = self.roll(&mut app, seal_at);
             c.appender = Some(app);
             c.write_off = 0;
             self.flushed.store(0, Ordering::Release);
@@ -1505,6 +1521,10 @@ impl Drop for Store {
     fn drop(&mut self) {
         if let Ok(mut c) = self.commit.lock() {
             let _ = self.flush_locked(&mut c, true);
+            let end = c.write_off;
+            if let Some(a) = c.appender.as_mut() {
+                a.seal(end);
+            }
             c.appender = None;
         }
         // SAFETY: lock_fd is ours; closing releases the flock.
