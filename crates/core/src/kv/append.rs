@@ -24,8 +24,9 @@ pub struct Appender {
 }
 
 impl Appender {
-    /// `size`: the file's current (recovered) size.
-    pub fn new(fd: i32, want_uring: bool, size: u64) -> Appender {
+    /// `size`: the file's current (recovered) size. `prefill`: zero-fill ahead (worth it
+    /// for durable appends only: non-durable ones never wait for an fdatasync).
+    pub fn new(fd: i32, want_uring: bool, size: u64, prefill: bool) -> Appender {
         let ring = if want_uring {
             Self::setup(fd).ok()
         } else {
@@ -37,7 +38,7 @@ impl Appender {
             fd,
             syscalls: 0,
             filled: size,
-            prefill: true,
+            prefill,
         }
     }
 

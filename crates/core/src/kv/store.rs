@@ -464,7 +464,12 @@ impl Store {
         };
         let act = segs[&active].clone();
         let act_size0 = act.size.load(Ordering::Relaxed);
-        let appender = Appender::new(act.fd, opts.use_uring, act_size0);
+        let appender = Appender::new(
+            act.fd,
+            opts.use_uring,
+            act_size0,
+            opts.durability == Durability::Sync,
+        );
         rec.elapsed = t0.elapsed();
         let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
         let act_size = act.size.load(Ordering::Relaxed);
