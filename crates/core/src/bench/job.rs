@@ -610,8 +610,13 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
         }
         if !queued.is_empty() {
             let t_before = Instant::now();
-            eng.submit()?;
-            let t_after = if sync_engine {
+            // With the queue full, the wait below hands these SQEs to the kernel in the same
+            // io_uring_enter (submit + wait in one system call, like fio's engine does).
+            let deferred = eng.waits_submit() && free.is_empty() && !stopping;
+            if !deferred {
+                eng.submit()?;
+            }
+            let t_after = if sync_engine || deferred {
                 t_before
             } else {
                 Instant::now()

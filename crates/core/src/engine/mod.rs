@@ -61,6 +61,10 @@ pub trait Engine: Send {
     fn links_sync(&self) -> bool {
         false
     }
+    /// Whether `reap(min > 0)` also submits what is queued (one system call for both).
+    fn waits_submit(&self) -> bool {
+        false
+    }
     /// A one-line note for the user (e.g. libaio on buffered I/O is synchronous).
     fn warning(&self) -> Option<String> {
         None

@@ -282,7 +282,13 @@ impl Engine for Uring {
     }
     fn reap(&mut self, min: usize, out: &mut Vec<Cqe>) -> io::Result<()> {
         let mut got = self.drain(out);
-        if got == 0 && min == 0 && (self.opts.defer_taskrun || self.opts.hipri) {
+        if self.queued > 0 {
+            // SQEs the job loop left for this call: submit them, waiting in the same enter
+            // if completions are still needed.
+            let want = min.saturating_sub(got);
+            self.enter(want, want > 0)?;
+            got += self.drain(out);
+        } else if got == 0 && min == 0 && (self.opts.defer_taskrun || self.opts.hipri) {
             // Deferred task work and polled completions only appear after an enter.
             self.enter(0, true)?;
             got += self.drain(out);
@@ -301,5 +307,8 @@ impl Engine for Uring {
     }
     fn links_sync(&self) -> bool {
         true
+    }
+    fn waits_submit(&self) -> bool {
+        !self.opts.sqthread_poll
     }
 }
