@@ -27,26 +27,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from _common import make_file, warm
+
 from uringkit import aio
+from uringkit.bench.options import parse_size
 
 DEPTH = 64
-
-
-def make_file(directory: str, size: int) -> str:
-    fd, path = tempfile.mkstemp(prefix="uringkit-aio-bench-", dir=directory)
-    chunk = os.urandom(1 << 20)
-    done = 0
-    while done < size:
-        done += os.write(fd, chunk[: min(len(chunk), size - done)])
-    os.close(fd)
-    return path
-
-
-def warm(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    while os.read(fd, 1 << 22):
-        pass
-    os.close(fd)
 
 
 async def task_per_read(read: Callable[[int], Awaitable[Any]], offs: list[int]) -> None:
@@ -100,10 +86,9 @@ def main() -> int:
     ap.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    size = int(a.size[:-1]) * units[a.size[-1].lower()] if a.size[-1].isalpha() else int(a.size)
+    size = parse_size(a.size)
     n = a.reads
-    path = make_file(a.dir, size)
+    path = make_file(a.dir, size, "uringkit-aio-bench-")
     res: dict[str, float] = {}
     try:
         warm(path)

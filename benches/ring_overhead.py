@@ -15,19 +15,15 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
+from _common import make_file, warm
+
 from uringkit import Fixed, Ring
+from uringkit.bench.options import parse_size
 
 BATCH = 64
-
-
-def parse_size(s: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    s = s.strip().lower()
-    return int(float(s[:-1]) * units[s[-1]]) if s[-1] in units else int(s)
 
 
 def best_of(fn: Callable[[], int], repeat: int = 5) -> float:
@@ -38,16 +34,6 @@ def best_of(fn: Callable[[], int], repeat: int = 5) -> float:
         n = fn()
         best = min(best, (time.perf_counter() - t) * 1e6 / n)
     return best
-
-
-def make_file(directory: str, size: int) -> str:
-    fd, path = tempfile.mkstemp(prefix="uringkit-bench-", dir=directory)
-    chunk = os.urandom(1 << 20)
-    done = 0
-    while done < size:
-        done += os.write(fd, chunk[: min(len(chunk), size - done)])
-    os.close(fd)
-    return path
 
 
 def main() -> int:
@@ -65,9 +51,7 @@ def main() -> int:
     res: dict[str, float] = {}
     try:
         fd = os.open(path, os.O_RDONLY)
-        # warm the page cache
-        while os.read(fd, 1 << 22):
-            pass
+        warm(path)
         rng = random.Random(1)
         offs = [rng.randrange(size // 4096) * 4096 for _ in range(n)]
         ring = Ring(256)

@@ -51,7 +51,9 @@ def test_randread_every_engine(tmp_path: Path, engine: str) -> None:
     assert {"1.000000", "50.000000", "99.000000", "99.990000"} <= set(p)
     assert 0 < p["50.000000"] <= p["99.000000"] <= r["clat_ns"]["max"]
     assert r["lat_ns"]["mean"] >= r["clat_ns"]["mean"] * 0.5
-    assert j["usr_cpu"] >= 0 and j["sys_cpu"] > 0 and j["ctx"] >= 0
+    # usr/sys are split by tick sampling: a short job can land all its ticks on one side
+    assert j["usr_cpu"] >= 0 and j["sys_cpu"] >= 0 and j["usr_cpu"] + j["sys_cpu"] > 0
+    assert j["ctx"] >= 0
     u = j["uringkit"]
     assert u["engine"] == engine and u["syscalls"] > 0 and u["cpu_us_per_io"] > 0
 

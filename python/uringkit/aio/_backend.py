@@ -380,19 +380,7 @@ class RingBackend:
                 done = 0
             elif offset >= 0 and _at_eof(fd, offset + done):
                 return done
-        while done < total:
-            off = -1 if offset < 0 else offset + done
-            c = await self.op(functools.partial(self._read, fd, mv[done:], off))
-            if c.res < 0:
-                if c.res == -errno.EAGAIN:
-                    continue
-                if c.message:
-                    raise OSError(-c.res, c.message)
-                raise _oserror(c.res, "read")
-            if c.res == 0:
-                break
-            done += c.res
-        return done
+        return await self._transfer(fd, mv, offset, done, write=False)
 
     async def read_direct(self, fd: int, buf: Any, n: int, offset: int) -> int:
         """One read into an aligned buffer (O_DIRECT), no page-cache fast path."""
@@ -434,19 +422,26 @@ class RingBackend:
         return bytes(buf) if got == n else bytes(buf[:got])
 
     async def pwrite(self, fd: int, data: Any, offset: int) -> int:
-        mv = memoryview(data).cast("B")
-        done = 0
+        return await self._transfer(fd, memoryview(data).cast("B"), offset, 0, write=True)
+
+    async def _transfer(self, fd: int, mv: memoryview, offset: int, done: int, write: bool) -> int:
+        """Read into / write from `mv[done:]` through the ring until all of it moved (a read
+        stops early at end of file); short transfers continue, EAGAIN is retried.
+        `offset < 0` means the stream position."""
+        queue = self._write if write else self._read
         while done < len(mv):
             off = -1 if offset < 0 else offset + done
-            c = await self.op(functools.partial(self._write, fd, mv[done:], off))
+            c = await self.op(functools.partial(queue, fd, mv[done:], off))
             if c.res < 0:
                 if c.res == -errno.EAGAIN:
                     continue
                 if c.message:
                     raise OSError(-c.res, c.message)
-                raise _oserror(c.res, "write")
+                raise _oserror(c.res, "write" if write else "read")
             if c.res == 0:
-                raise OSError(errno.EIO, "write made no progress")
+                if write:
+                    raise OSError(errno.EIO, "write made no progress")
+                break
             done += c.res
         return done
 

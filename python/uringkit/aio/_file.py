@@ -347,19 +347,6 @@ class AsyncFile(_Lines[bytes]):
                 raise
             raise _explain_direct(e, len(memoryview(data)), offset) from None
 
-    async def _direct_read(self, n: int, offset: int) -> bytes:
-        # Aligned buffers are reused: creating one is an mmap + page fault + munmap.
-        pool = self._pool.setdefault(n, [])
-        buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
-        try:
-            got = await self._b.read_direct(self._fd, buf, n, offset)
-        except OSError as e:
-            raise _explain_direct(e, n, offset) from None
-        data = bytes(memoryview(buf)[:got])
-        if len(pool) < 256:
-            pool.append(buf)
-        return data
-
     # ----- lifecycle -----------------------------------------------------------------------
 
     async def close(self) -> None:

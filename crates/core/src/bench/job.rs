@@ -221,33 +221,21 @@ pub fn layout(fd: i32, spec: &JobSpec, force_pattern: bool) -> io::Result<()> {
         for (i, blk) in s[..n].chunks_mut(spec.bs as usize).enumerate() {
             verify::fill(blk, off + (i * spec.bs as usize) as u64);
         }
-        let mut done = 0usize;
-        while done < n {
-            // SAFETY: buf holds n valid bytes; fd is open for writing.
-            let r = unsafe {
-                libc::pwrite(
-                    fd,
-                    buf.as_ptr().add(done).cast(),
-                    n - done,
-                    (off + done as u64) as i64,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                return Err(err(
-                    e.kind(),
-                    if e.raw_os_error() == Some(libc::ENOSPC) {
-                        format!(
-                            "the disk filled up while laying out the {} test file (ENOSPC); \
-                             use a smaller size= or another directory",
-                            crate::ring::setup::human_bytes(spec.size)
-                        )
-                    } else {
-                        format!("laying out the test file: {e}")
-                    },
-                ));
-            }
-            done += r as usize;
+        // SAFETY: no I/O is in flight on this private buffer; it holds n valid bytes.
+        let data = unsafe { &buf.as_slice()[..n] };
+        if let Err(e) = crate::sys::fileio::pwrite_all(fd, data, off) {
+            return Err(err(
+                e.kind(),
+                if e.raw_os_error() == Some(libc::ENOSPC) {
+                    format!(
+                        "the disk filled up while laying out the {} test file (ENOSPC); \
+                         use a smaller size= or another directory",
+                        crate::ring::setup::human_bytes(spec.size)
+                    )
+                } else {
+                    format!("laying out the test file: {e}")
+                },
+            ));
         }
         off += n as u64;
     }
@@ -776,12 +764,14 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             }
             let off = i as u64 * bs as u64;
             let len = bs.min((spec.size - off) as usize);
-            // SAFETY: vb holds bs bytes; fd is open.
-            let r = unsafe { libc::pread(fd, vb.as_ptr().cast(), len, off as i64) };
+            // SAFETY: no I/O is in flight on vb; it holds bs >= len bytes.
+            let r =
+                crate::sys::fileio::pread_full(fd, unsafe { &mut vb.as_mut_slice()[..len] }, off)
+                    .unwrap_or(0);
             verified += 1;
-            // SAFETY: the pread finished; nothing else uses vb.
+            // SAFETY: the read finished; nothing else uses vb.
             let data = unsafe { &vb.as_slice()[..len] };
-            let bad = if r != len as isize {
+            let bad = if r != len {
                 Some(format!("short read-back ({r} of {len} bytes)"))
             } else {
                 verify::check(data, off).err().map(|b| format!("{b:?}"))

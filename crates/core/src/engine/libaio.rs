@@ -37,6 +37,36 @@ struct IoEvent {
     res2: i64,
 }
 
+/// `io_getevents` into `events`, retrying EINTR; `timeout` None blocks until `min`.
+fn getevents(
+    ctx: libc::c_ulong,
+    min: usize,
+    events: &mut [IoEvent],
+    timeout: Option<&libc::timespec>,
+) -> io::Result<usize> {
+    loop {
+        let t = timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: events has room for its length; t is null or a valid timespec.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_io_getevents,
+                ctx,
+                min as libc::c_long,
+                events.len() as libc::c_long,
+                events.as_mut_ptr(),
+                t,
+            )
+        };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 pub struct Libaio {
     ctx: libc::c_ulong,
     fd: i32,
@@ -163,37 +193,18 @@ impl Engine for Libaio {
             return Ok(());
         }
         let min = min.min(self.in_flight);
-        loop {
-            self.syscalls += 1;
-            // SAFETY: events has room for `len` entries; a null timeout blocks until `min`.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_io_getevents,
-                    self.ctx,
-                    min as libc::c_long,
-                    self.events.len() as libc::c_long,
-                    self.events.as_mut_ptr(),
-                    std::ptr::null::<libc::timespec>(),
-                )
-            };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(e);
-            }
-            for ev in &self.events[..rc as usize] {
-                let slot = ev.data as u32;
-                out.push(Cqe {
-                    slot,
-                    kind: self.kinds[slot as usize],
-                    res: ev.res,
-                });
-            }
-            self.in_flight -= rc as usize;
-            return Ok(());
+        self.syscalls += 1;
+        let n = getevents(self.ctx, min, &mut self.events, None)?;
+        for ev in &self.events[..n] {
+            let slot = ev.data as u32;
+            out.push(Cqe {
+                slot,
+                kind: self.kinds[slot as usize],
+                res: ev.res,
+            });
         }
+        self.in_flight -= n;
+        Ok(())
     }
     fn syscalls(&self) -> u64 {
         self.syscalls
@@ -303,34 +314,17 @@ impl EventCtx {
 
     /// Completed requests as (data, result) without blocking.
     pub fn reap(&mut self, out: &mut Vec<(u64, i64)>) -> io::Result<()> {
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         loop {
-            let zero = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: events has room for its length; a zero timeout never blocks.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_io_getevents,
-                    self.ctx,
-                    0 as libc::c_long,
-                    self.events.len() as libc::c_long,
-                    self.events.as_mut_ptr(),
-                    &zero as *const libc::timespec,
-                )
-            };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(e);
-            }
-            for ev in &self.events[..rc as usize] {
+            let n = getevents(self.ctx, 0, &mut self.events, Some(&zero))?;
+            for ev in &self.events[..n] {
                 self.cbs.remove(&ev.data);
                 out.push((ev.data, ev.res));
             }
-            if (rc as usize) < self.events.len() {
+            if n < self.events.len() {
                 return Ok(());
             }
         }

@@ -55,13 +55,11 @@ impl Appender {
         let mut ok = true;
         while at < target {
             let n = zeros.len().min((target - at) as usize);
-            // SAFETY: zeros is valid for n bytes; fd is open for writing.
-            let r = unsafe { libc::pwrite(self.fd, zeros.as_ptr().cast(), n, at as i64) };
-            if r <= 0 {
+            if crate::sys::fileio::pwrite_all(self.fd, &zeros[..n], at).is_err() {
                 ok = false;
                 break;
             }
-            at += r as u64;
+            at += n as u64;
         }
         // SAFETY: fd is open.
         if ok && unsafe { libc::fdatasync(self.fd) } == 0 {
@@ -191,33 +189,7 @@ impl Appender {
     }
 
     fn append_plain(&mut self, data: &[u8], off: u64, sync: bool) -> io::Result<()> {
-        let mut done = 0usize;
-        while done < data.len() {
-            self.syscalls += 1;
-            // SAFETY: data[done..] is valid for reads of its length; fd is open.
-            let r = unsafe {
-                libc::pwrite(
-                    self.fd,
-                    data[done..].as_ptr().cast(),
-                    data.len() - done,
-                    (off + done as u64) as i64,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(e);
-            }
-            if r == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "the disk accepted no bytes",
-                ));
-            }
-            done += r as usize;
-        }
+        self.syscalls += crate::sys::fileio::pwrite_all(self.fd, data, off)?;
         if sync {
             self.sync()?;
         }

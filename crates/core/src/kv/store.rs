@@ -240,32 +240,7 @@ fn fsync_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-pub fn pread_exact(fd: i32, buf: &mut [u8], off: u64) -> io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: buf[done..] is writable for its length.
-        let r = unsafe {
-            libc::pread(
-                fd,
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                (off + done as u64) as i64,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            break;
-        }
-        done += r as usize;
-    }
-    Ok(done)
-}
+pub use crate::sys::fileio::pread_full as pread_exact;
 
 /// A read-only private mapping of a whole file, unmapped on drop.
 struct ReadMap {
@@ -1392,22 +1367,7 @@ impl Store {
                 cur = Some((id, fd, 0, Vec::new()));
             }
             let (id, fd, size, entries) = cur.as_mut().expect("segment");
-            let mut done = 0;
-            while done < buf.len() {
-                // SAFETY: buf[done..] valid; fd open for writing.
-                let r = unsafe {
-                    libc::pwrite(
-                        *fd,
-                        buf[done..].as_ptr().cast(),
-                        buf.len() - done,
-                        (*size + done as u64) as i64,
-                    )
-                };
-                if r <= 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                done += r as usize;
-            }
+            crate::sys::fileio::pwrite_all(*fd, &buf, *size)?;
             entries.push((
                 k.clone(),
                 Loc {

@@ -1,5 +1,6 @@
 //! Process-level facts and controls: seccomp, kernel version.
 
+pub mod fileio;
 pub mod seccomp;
 
 /// `uname -r`, e.g. "6.18.44-fc".
