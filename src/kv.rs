@@ -203,7 +203,7 @@ impl KvStore {
         let snap = s.snapshot();
         let mut out = Vec::with_capacity(snap.len());
         for (k, l, seg) in &snap {
-            let v = Store::read_at(seg, *l, k.len()).map_err(kv_err)?;
+            let v = Store::read_at(seg, *l, k).map_err(kv_err)?;
             out.push((PyBytes::new(py, k), PyBytes::new(py, &v)));
         }
         PyList::new(py, out)
@@ -245,6 +245,7 @@ impl KvStore {
         d.set_item("segments", r.segments)?;
         d.set_item("records", r.records)?;
         d.set_item("segments_from_hints", r.from_hints)?;
+        d.set_item("from_snapshot", r.from_snapshot)?;
         d.set_item("torn_bytes", r.torn_bytes)?;
         d.set_item("torn_segment", r.torn_segment.clone())?;
         d.set_item("skipped", r.skipped.clone())?;

@@ -84,7 +84,12 @@ def test_large_values_and_compaction(tmp_path: Path) -> None:
         assert db.get(b"k5") is None and len(db) == 201
         n, problems = db.check()
         assert n == 201 and problems == []
-    with kv.open(tmp_path / "db") as db:
+    with kv.open(tmp_path / "db") as db:  # the index snapshot written at close
+        assert db.recovery["from_snapshot"]
+        assert db.get(b"big") == big and len(db) == 201
+    (tmp_path / "db" / "INDEX").unlink()
+    with kv.open(tmp_path / "db") as db:  # without it: hint files, then segments
+        assert not db.recovery["from_snapshot"]
         assert db.recovery["segments_from_hints"] >= 1
         assert db.get(b"big") == big and len(db) == 201
 
@@ -184,6 +189,21 @@ def test_corruption_elsewhere_names_file_and_offset(tmp_path: Path) -> None:
     data = bytearray(first.read_bytes())
     data[200] ^= 0xFF
     first.write_bytes(bytes(data))
+    # Opened from the index snapshot, old segments are not rescanned: the damaged record
+    # is refused when read (every read checks its record's CRC) and check() names it.
+    with kv.open(p) as db:
+        assert db.recovery["from_snapshot"]
+        failed = []
+        for i in range(20):
+            try:
+                db.get(b"k%d" % i)
+            except OSError as e:
+                failed.append(str(e))
+        assert len(failed) == 1 and "00000001.seg" in failed[0] and "CRC" in failed[0]
+        n, problems = db.check()
+        assert len(problems) == 1 and "segment 1" in problems[0]
+    # Without the snapshot, the full scan at open finds it.
+    (p / "INDEX").unlink()
     with pytest.raises(OSError, match=r"00000001\.seg: corrupt record at offset \d+"):
         kv.open(p)
     with warnings.catch_warnings(record=True) as w:

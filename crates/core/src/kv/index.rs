@@ -1,9 +1,12 @@
 //! The key → position index, in native memory: keys live back to back in one arena
-//! (`[u32 len][bytes]`), the hash table holds 32-byte entries pointing into it. Overhead
-//! per key beyond the key itself: 4 (length) + 32 (entry) / load factor + 1 control byte,
-//! about 42 bytes — no Python object per key.
+//! (`[u32 len][bytes]`), a [`Table`] holds 24-byte entries pointing into it. Overhead per
+//! key beyond the key itself: 4 (length) + up to 3 (alignment) + (24 + 1 control byte) /
+//! load, 29–57 bytes — no Python object per key. The hash is seeded per store and stable
+//! across processes, so the whole index can be written out and read back (see
+//! [`Index::to_parts`]) instead of rebuilt key by key.
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use super::table::Table;
+use foldhash::fast::FixedState;
 use std::hash::BuildHasher;
 
 /// Where a key's latest record is.
@@ -26,9 +29,11 @@ impl Loc {
 }
 
 /// 24 bytes: the key's position in the arena (in 4-byte units: arenas up to 16 GiB) and
-/// the location with a 32-bit offset (segments are at most 2 GiB).
-#[derive(Clone, Copy)]
-struct Entry {
+/// the location with a 32-bit offset (segments are at most 2 GiB). `repr(C)` without
+/// padding: the table is written to disk as raw bytes.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+pub struct Entry {
     key_at4: u32,
     seg: u32,
     val_len: u32,
@@ -36,14 +41,13 @@ struct Entry {
     seq: u64,
 }
 
+const _: () = assert!(std::mem::size_of::<Entry>() == 24);
+
 impl Entry {
     fn new(at: usize, loc: Loc) -> Entry {
         let mut e = Entry {
             key_at4: (at / 4) as u32,
-            seg: 0,
-            val_len: 0,
-            off: 0,
-            seq: 0,
+            ..Entry::default()
         };
         e.set_loc(loc);
         e
@@ -67,14 +71,38 @@ impl Entry {
     }
 }
 
+/// What [`Index::put_with`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Put {
+    Inserted,
+    Replaced(Loc),
+    /// An entry with a higher sequence number was kept.
+    Ignored,
+}
+
 /// Largest arena the 32-bit (4-byte unit) key positions can address.
 pub const MAX_ARENA: usize = (u32::MAX as usize) * 4;
 
+/// The parts of an index, as written to and read from a snapshot file.
+pub struct Parts<'a> {
+    pub seed: u64,
+    /// The hash of a fixed key under `seed`: a snapshot written by a build whose hash
+    /// function differs is detected and rebuilt, never misread.
+    pub check: u64,
+    pub ctrl: &'a [u8],
+    pub slots: &'a [u8],
+    pub arena: &'a [u8],
+    pub dead: u64,
+}
+
+const CHECK_KEY: &[u8] = b"uringkit xkv index";
+
 pub struct Index {
-    table: HashTable<Entry>,
+    table: Table<Entry>,
     arena: Vec<u8>,
     dead: usize,
-    hasher: DefaultHashBuilder,
+    seed: u64,
+    hasher: FixedState,
     tombstones: usize,
 }
 
@@ -84,21 +112,46 @@ impl Default for Index {
     }
 }
 
+/// A seed that differs per store (hash flooding with chosen keys stays impractical).
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ (std::process::id() as u64) << 32
+    }
+}
+
 impl Index {
     pub fn new() -> Self {
+        Self::with_seed(random_seed())
+    }
+
+    pub fn with_seed(seed: u64) -> Self {
         Index {
-            table: HashTable::new(),
-            arena: Vec::new(),
+            table: Table::new(),
+            // position 0 is never a key: keeps a zeroed entry from looking valid
+            arena: vec![0; 4],
             dead: 0,
-            hasher: DefaultHashBuilder::default(),
+            seed,
+            hasher: FixedState::with_seed(seed),
             tombstones: 0,
         }
     }
 
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
     /// Room for `keys` entries and `arena` bytes of keys without rehashing.
     pub fn reserve(&mut self, keys: usize, arena: usize) {
-        let hasher = &self.hasher;
-        let ar = &self.arena;
+        let (hasher, ar) = (&self.hasher, &self.arena);
         self.table
             .reserve(keys, |e| hasher.hash_one(Self::key_at(ar, e.at())));
         self.arena.reserve(arena);
@@ -120,71 +173,71 @@ impl Index {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Loc> {
-        let h = self.hasher.hash_one(key);
         let arena = &self.arena;
         self.table
-            .find(h, |e| Self::key_at(arena, e.at()) == key)
-            .map(|e| e.loc())
+            .find(self.hash(key), |e| Self::key_at(arena, e.at()) == key)
+            .map(|i| self.table.get(i).loc())
             .filter(|l| !l.is_tombstone())
     }
 
     /// Insert or replace. With `only_newer`, an existing entry with a higher sequence
     /// number wins (recovery replays segments in any order). Returns the replaced location.
     pub fn put(&mut self, key: &[u8], loc: Loc, only_newer: bool) -> Option<Loc> {
-        use hashbrown::hash_table::Entry as E;
-        let h = self.hasher.hash_one(key);
-        let hasher = &self.hasher;
+        match self.put_with(key, loc, only_newer) {
+            Put::Replaced(old) => Some(old),
+            Put::Inserted | Put::Ignored => None,
+        }
+    }
+
+    /// [`Index::put`], saying whether the entry was new, replaced or (`only_newer`) kept.
+    pub fn put_with(&mut self, key: &[u8], loc: Loc, only_newer: bool) -> Put {
+        let h = self.hash(key);
+        self.reserve(1, 0); // before probing: the free slot found below stays valid
         let arena = &self.arena;
         // one probe: find the key or the slot to put it in
-        match self.table.entry(
-            h,
-            |e| Self::key_at(arena, e.at()) == key,
-            |e| hasher.hash_one(Self::key_at(arena, e.at())),
-        ) {
-            E::Occupied(mut o) => {
-                let e = o.get_mut();
+        let found = self
+            .table
+            .find_or_free(h, |e| Self::key_at(arena, e.at()) == key);
+        match found {
+            Ok(i) => {
+                let e = self.table.get_mut(i);
                 if only_newer && e.seq > loc.seq {
-                    return None;
+                    return Put::Ignored;
                 }
                 let old = e.loc();
+                e.set_loc(loc);
                 if old.is_tombstone() && !loc.is_tombstone() {
                     self.tombstones -= 1;
                 } else if !old.is_tombstone() && loc.is_tombstone() {
                     self.tombstones += 1;
                 }
-                e.set_loc(loc);
-                Some(old)
+                Put::Replaced(old)
             }
-            E::Vacant(v) => {
+            Err(slot) => {
                 let at = Self::push_key(&mut self.arena, key);
                 if loc.is_tombstone() {
                     self.tombstones += 1;
                 }
-                v.insert(Entry::new(at, loc));
-                None
+                self.table.insert_at(slot, h, Entry::new(at, loc));
+                Put::Inserted
             }
         }
     }
 
     /// Remove a key; returns its location if it was live.
     pub fn remove(&mut self, key: &[u8]) -> Option<Loc> {
-        let h = self.hasher.hash_one(key);
         let arena = &self.arena;
-        match self
+        let i = self
             .table
-            .find_entry(h, |e| Self::key_at(arena, e.at()) == key)
-        {
-            Ok(occ) => {
-                let (e, _) = occ.remove();
-                self.dead += 4 + key.len();
-                if e.loc().is_tombstone() {
-                    self.tombstones -= 1;
-                    None
-                } else {
-                    Some(e.loc())
-                }
-            }
-            Err(_) => None,
+            .find(self.hash(key), |e| Self::key_at(arena, e.at()) == key)?;
+        let loc = self.table.get(i).loc();
+        self.table.erase(i);
+        self.dead += 4 + key.len();
+        if loc.is_tombstone() {
+            self.tombstones -= 1;
+            None
+        } else {
+            Some(loc)
         }
     }
 
@@ -227,6 +280,7 @@ impl Index {
 
     fn rebuild_arena(&mut self) {
         let mut arena = Vec::with_capacity(self.arena.len() - self.dead);
+        arena.extend_from_slice(&[0; 4]);
         for e in self.table.iter_mut() {
             let k = Self::key_at(&self.arena, e.at());
             let at = Self::push_key(&mut arena, k);
@@ -252,7 +306,59 @@ impl Index {
 
     /// Bytes of native memory the index uses (table + arena).
     pub fn memory(&self) -> usize {
-        self.table.capacity() * (std::mem::size_of::<Entry>() + 1) + self.arena.capacity()
+        self.table.memory() + self.arena.capacity()
+    }
+
+    /// The index as flat byte arrays, for a snapshot file. Tombstones must have been
+    /// purged (they only exist during recovery).
+    pub fn to_parts(&self) -> Parts<'_> {
+        debug_assert_eq!(self.tombstones, 0);
+        let (ctrl, slots) = self.table.raw();
+        // SAFETY: Entry is repr(C), 24 bytes without padding, made of integers: every
+        // byte of the slice is initialised, and u8 has no alignment requirement.
+        let slots = unsafe {
+            std::slice::from_raw_parts(slots.as_ptr().cast::<u8>(), std::mem::size_of_val(slots))
+        };
+        Parts {
+            seed: self.seed,
+            check: self.hash(CHECK_KEY),
+            ctrl,
+            slots,
+            arena: &self.arena,
+            dead: self.dead as u64,
+        }
+    }
+
+    /// The check value [`Parts::check`] must have for `seed` in this build.
+    pub fn check_for(seed: u64) -> u64 {
+        FixedState::with_seed(seed).hash_one(CHECK_KEY)
+    }
+
+    /// Rebuild from snapshot arrays (`slots` already converted to entries). `None` when
+    /// anything is inconsistent; the caller then rebuilds from the segments.
+    pub fn from_parts(
+        seed: u64,
+        check: u64,
+        ctrl: Vec<u8>,
+        slots: Vec<Entry>,
+        arena: Vec<u8>,
+        dead: u64,
+    ) -> Option<Index> {
+        if Self::check_for(seed) != check || arena.len() < 4 {
+            return None;
+        }
+        // Entries are not checked one by one (that would touch the arena at random, the
+        // cost a snapshot exists to avoid): the caller verified the file's CRC, and a bad
+        // position could only panic on a bounds check, never read outside the arena.
+        let table = Table::from_raw(ctrl, slots)?;
+        Some(Index {
+            table,
+            arena,
+            dead: dead as usize,
+            seed,
+            hasher: FixedState::with_seed(seed),
+            tombstones: 0,
+        })
     }
 }
 

@@ -3,6 +3,8 @@
 pub mod append;
 pub mod index;
 pub mod record;
+pub mod snapshot;
 pub mod store;
+pub mod table;
 
 pub use store::{Durability, Options, Recovery, Store};

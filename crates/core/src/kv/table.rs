@@ -1,0 +1,363 @@
+//! An open-addressing hash table in the SwissTable layout (one control byte per slot
+//! holding 7 bits of the hash, probed 8 at a time), kept in two flat arrays so that the
+//! index can be written to disk and read back as it is — reopening a store then costs a
+//! read, not a million inserts.
+//!
+//! The table stores `Copy` values and knows nothing about keys: callers pass the hash
+//! and an equality test. Hashes must be stable across processes for a persisted table,
+//! so the caller owns the hash function and its seed.
+
+const GROUP: usize = 8;
+const EMPTY: u8 = 0xFF;
+const DELETED: u8 = 0x80;
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Slots a table of `buckets` may fill before it grows (7/8 load).
+fn capacity(buckets: usize) -> usize {
+    if buckets < 8 {
+        buckets - 1
+    } else {
+        buckets / 8 * 7
+    }
+}
+
+fn h2(hash: u64) -> u8 {
+    (hash >> 57) as u8
+}
+
+/// Bits set (the top bit of each byte) where a byte of `group` may equal `b`. False
+/// positives are possible but only on full slots; callers confirm with the key.
+fn match_byte(group: u64, b: u8) -> u64 {
+    let x = group ^ (LO * b as u64);
+    x.wrapping_sub(LO) & !x & HI
+}
+
+fn match_empty(group: u64) -> u64 {
+    group & (group << 1) & HI
+}
+
+fn match_free(group: u64) -> u64 {
+    group & HI
+}
+
+pub struct Table<T: Copy> {
+    /// `buckets + GROUP` bytes: the last GROUP mirror the first so that any position can
+    /// load a whole group.
+    ctrl: Vec<u8>,
+    slots: Vec<T>,
+    mask: usize,
+    items: usize,
+    growth_left: usize,
+}
+
+impl<T: Copy + Default> Table<T> {
+    pub fn new() -> Self {
+        Self::with_buckets(8)
+    }
+
+    fn with_buckets(buckets: usize) -> Self {
+        debug_assert!(buckets.is_power_of_two() && buckets >= GROUP);
+        Table {
+            ctrl: vec![EMPTY; buckets + GROUP],
+            slots: vec![T::default(); buckets],
+            mask: buckets - 1,
+            items: 0,
+            growth_left: capacity(buckets),
+        }
+    }
+
+    fn buckets_for(items: usize) -> usize {
+        (items.max(1) * 8 / 7 + 1).next_power_of_two().max(GROUP)
+    }
+
+    /// Rebuild from the arrays of [`Table::raw`]; `None` if they are not a consistent
+    /// table (the caller then rebuilds from its source of truth).
+    pub fn from_raw(ctrl: Vec<u8>, slots: Vec<T>) -> Option<Self> {
+        let buckets = slots.len();
+        if !buckets.is_power_of_two() || buckets < GROUP || ctrl.len() != buckets + GROUP {
+            return None;
+        }
+        if ctrl[buckets..] != ctrl[..GROUP] {
+            return None;
+        }
+        // branch-free (a table's control bytes are random: branches would mispredict)
+        let (mut items, mut deleted, mut bad) = (0usize, 0usize, 0usize);
+        for &c in &ctrl[..buckets] {
+            items += (c < 0x80) as usize;
+            deleted += (c == DELETED) as usize;
+            bad += (c > DELETED && c != EMPTY) as usize;
+        }
+        if bad > 0 {
+            return None;
+        }
+        let used = items + deleted;
+        if used > capacity(buckets) {
+            return None;
+        }
+        Some(Table {
+            ctrl,
+            slots,
+            mask: buckets - 1,
+            items,
+            growth_left: capacity(buckets) - used,
+        })
+    }
+
+    /// The control bytes and the slots, for writing the table out.
+    pub fn raw(&self) -> (&[u8], &[T]) {
+        (&self.ctrl, &self.slots)
+    }
+
+    pub fn len(&self) -> usize {
+        self.items
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items == 0
+    }
+
+    pub fn buckets(&self) -> usize {
+        self.mask + 1
+    }
+
+    fn group(&self, pos: usize) -> u64 {
+        u64::from_le_bytes(self.ctrl[pos..pos + GROUP].try_into().expect("group"))
+    }
+
+    fn set_ctrl(&mut self, i: usize, c: u8) {
+        self.ctrl[i] = c;
+        self.ctrl[(i.wrapping_sub(GROUP) & self.mask) + GROUP] = c;
+    }
+
+    /// The slot holding a value for which `eq` is true.
+    pub fn find(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Option<usize> {
+        let tag = h2(hash);
+        let mut pos = hash as usize & self.mask;
+        let mut stride = 0;
+        loop {
+            let g = self.group(pos);
+            let mut m = match_byte(g, tag);
+            while m != 0 {
+                let i = (pos + (m.trailing_zeros() / 8) as usize) & self.mask;
+                if eq(&self.slots[i]) {
+                    return Some(i);
+                }
+                m &= m - 1;
+            }
+            if match_empty(g) != 0 {
+                return None;
+            }
+            stride += GROUP;
+            pos = (pos + stride) & self.mask;
+        }
+    }
+
+    /// `Ok(slot)` where `eq` holds, or `Err(slot)` where a new value for `hash` goes. The
+    /// caller must have made room with [`Table::reserve`] before inserting there.
+    pub fn find_or_free(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Result<usize, usize> {
+        let tag = h2(hash);
+        let mut pos = hash as usize & self.mask;
+        let mut stride = 0;
+        let mut free = None;
+        loop {
+            let g = self.group(pos);
+            let mut m = match_byte(g, tag);
+            while m != 0 {
+                let i = (pos + (m.trailing_zeros() / 8) as usize) & self.mask;
+                if eq(&self.slots[i]) {
+                    return Ok(i);
+                }
+                m &= m - 1;
+            }
+            if free.is_none() {
+                let f = match_free(g);
+                if f != 0 {
+                    free = Some((pos + (f.trailing_zeros() / 8) as usize) & self.mask);
+                }
+            }
+            if match_empty(g) != 0 {
+                return Err(free.expect("a group with an empty slot has a free slot"));
+            }
+            stride += GROUP;
+            pos = (pos + stride) & self.mask;
+        }
+    }
+
+    /// The first free slot on `hash`'s probe path (for values known to be absent).
+    fn free_slot(&self, hash: u64) -> usize {
+        let mut pos = hash as usize & self.mask;
+        let mut stride = 0;
+        loop {
+            let f = match_free(self.group(pos));
+            if f != 0 {
+                return (pos + (f.trailing_zeros() / 8) as usize) & self.mask;
+            }
+            stride += GROUP;
+            pos = (pos + stride) & self.mask;
+        }
+    }
+
+    /// Put `value` in a slot returned by [`Table::find_or_free`].
+    pub fn insert_at(&mut self, slot: usize, hash: u64, value: T) {
+        debug_assert!(self.ctrl[slot] & 0x80 != 0);
+        if self.ctrl[slot] == EMPTY {
+            assert!(self.growth_left > 0, "reserve before inserting");
+            self.growth_left -= 1;
+        }
+        self.set_ctrl(slot, h2(hash));
+        self.slots[slot] = value;
+        self.items += 1;
+    }
+
+    pub fn erase(&mut self, slot: usize) {
+        debug_assert!(self.ctrl[slot] < 0x80);
+        self.set_ctrl(slot, DELETED);
+        self.items -= 1;
+    }
+
+    pub fn get(&self, slot: usize) -> &T {
+        &self.slots[slot]
+    }
+
+    pub fn get_mut(&mut self, slot: usize) -> &mut T {
+        &mut self.slots[slot]
+    }
+
+    /// Make room for `additional` more values; `rehash` recomputes a stored value's hash.
+    pub fn reserve(&mut self, additional: usize, rehash: impl Fn(&T) -> u64) {
+        if additional <= self.growth_left {
+            return;
+        }
+        let want = Self::buckets_for(self.items + additional);
+        // grow by at least 2x so that inserting one at a time stays amortised O(1)
+        let buckets = if want > self.buckets() {
+            want.max(self.buckets() * 2)
+        } else {
+            self.buckets() // only deleted markers to clear: rehash in place size
+        };
+        let mut new = Self::with_buckets(buckets);
+        for i in 0..self.buckets() {
+            if self.ctrl[i] < 0x80 {
+                let v = self.slots[i];
+                let h = rehash(&v);
+                let s = new.free_slot(h);
+                new.set_ctrl(s, h2(h));
+                new.slots[s] = v;
+            }
+        }
+        new.items = self.items;
+        new.growth_left = capacity(buckets) - self.items;
+        *self = new;
+    }
+
+    /// Slots of every value.
+    pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.buckets()).filter(|&i| self.ctrl[i] < 0x80)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        self.slots().map(|i| &self.slots[i])
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
+        let ctrl = &self.ctrl;
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| ctrl[*i] < 0x80)
+            .map(|(_, v)| v)
+    }
+
+    /// Keep only values for which `keep` is true.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        for i in 0..self.buckets() {
+            if self.ctrl[i] < 0x80 && !keep(&self.slots[i]) {
+                self.erase(i);
+            }
+        }
+    }
+
+    /// Bytes of memory the arrays use.
+    pub fn memory(&self) -> usize {
+        self.ctrl.capacity() + self.slots.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+impl<T: Copy + Default> Default for Table<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(k: u64) -> u64 {
+        // a deliberately weak hash: many shared low bits stress probing and tags
+        k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k << 3)
+    }
+
+    fn put(t: &mut Table<u64>, k: u64) -> bool {
+        t.reserve(1, |v| hash(*v));
+        match t.find_or_free(hash(k), |v| *v == k) {
+            Ok(_) => false,
+            Err(s) => {
+                t.insert_at(s, hash(k), k);
+                true
+            }
+        }
+    }
+
+    #[test]
+    fn insert_find_erase_and_reuse() {
+        let mut t: Table<u64> = Table::new();
+        for k in 0..10_000 {
+            assert!(put(&mut t, k));
+        }
+        assert!(!put(&mut t, 77));
+        assert_eq!(t.len(), 10_000);
+        for k in (0..10_000).step_by(2) {
+            let s = t.find(hash(k), |v| *v == k).expect("present");
+            t.erase(s);
+        }
+        assert_eq!(t.len(), 5_000);
+        for k in 0..10_000 {
+            assert_eq!(t.find(hash(k), |v| *v == k).is_some(), k % 2 == 1, "{k}");
+        }
+        // churn: deleted markers are reused or cleared by an in-place rehash
+        for round in 0..20u64 {
+            for k in 0..5_000 {
+                let k = 1_000_000 * (round + 1) + k;
+                assert!(put(&mut t, k));
+                let s = t.find(hash(k), |v| *v == k).expect("just put");
+                t.erase(s);
+            }
+        }
+        assert_eq!(t.len(), 5_000);
+        assert!(t.buckets() <= 16_384, "churn must not grow the table");
+        let mut seen: Vec<u64> = t.iter().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..10_000).filter(|k| k % 2 == 1).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn raw_round_trip_and_rejects_garbage() {
+        let mut t: Table<u64> = Table::new();
+        for k in 0..1000 {
+            put(&mut t, k);
+        }
+        let (c, s) = t.raw();
+        let back = Table::from_raw(c.to_vec(), s.to_vec()).expect("consistent");
+        assert_eq!(back.len(), 1000);
+        for k in 0..1000 {
+            assert!(back.find(hash(k), |v| *v == k).is_some());
+        }
+        let mut bad = c.to_vec();
+        bad[0] = 0x90; // not a valid control byte
+        bad[t.buckets()] = 0x90;
+        assert!(Table::from_raw(bad, s.to_vec()).is_none());
+        assert!(Table::<u64>::from_raw(c[1..].to_vec(), s.to_vec()).is_none());
+    }
+}
