@@ -33,6 +33,41 @@ fn bytes_arg<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     }
 }
 
+/// (fd, offset, data, last ticket) of a group commit to write.
+type LeadTuple<'py> = (i32, u64, Bound<'py, PyBytes>, u64);
+
+type HeldOps<'py> = Vec<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)>;
+
+/// `[(key, value_or_None), ...]` with every key and value checked to be bytes.
+fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
+    let mut held = Vec::new();
+    for item in ops.try_iter()? {
+        let item = item?;
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err("batch ops must be (key, value_or_None) pairs"))?;
+        let k = k
+            .cast_into::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("batch keys must be bytes"))?;
+        let v = if v.is_none() {
+            None
+        } else {
+            Some(
+                v.cast_into::<PyBytes>()
+                    .map_err(|_| PyTypeError::new_err("batch values must be bytes or None"))?,
+            )
+        };
+        held.push((k, v));
+    }
+    Ok(held)
+}
+
+fn op_refs<'a>(held: &'a HeldOps<'_>) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+    held.iter()
+        .map(|(k, v)| (k.as_bytes(), v.as_ref().map(|v| v.as_bytes())))
+        .collect()
+}
+
 /// The native store. Use `uringkit.kv.open()`.
 #[pyclass(module = "uringkit._native", frozen)]
 pub struct KvStore {
@@ -155,30 +190,49 @@ impl KvStore {
     /// (no copies) while the GIL is released: they are immutable bytes.
     fn batch(&self, py: Python<'_>, ops: &Bound<'_, PyAny>) -> PyResult<()> {
         let s = self.store()?;
-        let mut held: Vec<(Bound<'_, PyBytes>, Option<Bound<'_, PyBytes>>)> = Vec::new();
-        for item in ops.try_iter()? {
-            let item = item?;
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
-                PyTypeError::new_err("batch ops must be (key, value_or_None) pairs")
-            })?;
-            let k = k
-                .cast_into::<PyBytes>()
-                .map_err(|_| PyTypeError::new_err("batch keys must be bytes"))?;
-            let v = if v.is_none() {
-                None
-            } else {
-                Some(
-                    v.cast_into::<PyBytes>()
-                        .map_err(|_| PyTypeError::new_err("batch values must be bytes or None"))?,
-                )
-            };
-            held.push((k, v));
-        }
-        let refs: Vec<(&[u8], Option<&[u8]>)> = held
-            .iter()
-            .map(|(k, v)| (k.as_bytes(), v.as_ref().map(|v| v.as_bytes())))
-            .collect();
+        let held = extract_ops(ops)?;
+        let refs = op_refs(&held);
         py.detach(|| s.batch(&refs)).map_err(kv_err)
+    }
+
+    /// Queue ops for writing without waiting (durability="sync": made durable by
+    /// `lead_async` + your own write/fdatasync + `finish_async`, or `wait_ticket`);
+    /// returns the ticket (0: already written, the other durabilities).
+    #[pyo3(signature = (ops, atomic=false))]
+    fn enqueue(&self, ops: &Bound<'_, PyAny>, atomic: bool) -> PyResult<u64> {
+        let s = self.store()?;
+        let held = extract_ops(ops)?;
+        s.enqueue(&op_refs(&held), atomic).map_err(kv_err)
+    }
+
+    /// `enqueue([(key, value)])` without building the list.
+    fn enqueue_put(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let s = self.store()?;
+        let (k, v) = (bytes_arg(key, "key")?, bytes_arg(value, "value")?);
+        s.enqueue(&[(k, Some(v))], false).map_err(kv_err)
+    }
+
+    /// Lead the group commit of everything queued: (fd, offset, data, last_ticket) to
+    /// write then fdatasync, or None (nothing queued, or a thread leads).
+    fn lead_async<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<LeadTuple<'py>>> {
+        let s = self.store()?;
+        let lead = py.detach(|| s.lead_async()).map_err(kv_err)?;
+        Ok(lead.map(|l| (l.fd, l.off, PyBytes::new(py, &l.data), l.last_ticket)))
+    }
+
+    /// The leader's write returned `wrote` (bytes or -errno) and its fdatasync `synced`.
+    fn finish_async(&self, py: Python<'_>, wrote: i64, synced: i32) -> PyResult<()> {
+        let s = self.store()?;
+        py.detach(|| s.finish_async(wrote, synced)).map_err(kv_err)
+    }
+
+    /// Block (GIL released) until `ticket` is durable, leading a group if nobody is.
+    fn wait_ticket(&self, py: Python<'_>, ticket: u64) -> PyResult<()> {
+        let s = self.store()?;
+        py.detach(|| s.wait_ticket(ticket)).map_err(kv_err)
     }
 
     fn contains(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -321,6 +321,23 @@ class RingBackend:
                 self._schedule()
             raise
 
+    async def write_datasync(self, fd: int, data: Any, offset: int) -> tuple[int, int]:
+        """One write linked to an fdatasync, in this iteration's submission: the results
+        (bytes written or -errno; 0 or -errno — -ECANCELED if the write came up short).
+        Not cancellable: the caller (a group commit) must learn how it ended."""
+        if self.closed:
+            raise RuntimeError("the event loop's ring is closed")
+        ud = self.next_ud
+        self.next_ud = ud + 2
+        self.ring.write(fd, data, offset, user_data=ud, link=True)
+        self.ring.fsync(fd, datasync=True, user_data=ud + 1)
+        w: asyncio.Future[Completion] = self.loop.create_future()
+        f: asyncio.Future[Completion] = self.loop.create_future()
+        self.waiting[ud] = (w, None)
+        self.waiting[ud + 1] = (f, None)
+        self._schedule()
+        return (await w).res, (await f).res
+
     def shutdown(self) -> None:
         """Cancel what is in flight and wait for it (the ring does), then release."""
         if self.closed:

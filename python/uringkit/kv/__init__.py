@@ -202,24 +202,103 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 
 
 class AsyncDB:
-    """The store for asyncio: reads of cached data run inline; writes (which may wait for
-    fdatasync) run on a pool, so concurrent tasks share group commits."""
+    """The store for asyncio. With durability="sync" and io_uring available, durable
+    writes are group-committed on the event loop's own ring (the one `uringkit.aio` uses):
+    every put queued during one loop iteration goes out as one write linked to one
+    fdatasync, with no thread involved; puts queued while that is in flight form the
+    next group. Reads of cached data run inline. Elsewhere (no io_uring), writes run on a
+    thread pool and share group commits there.
 
-    def __init__(self, db: DB) -> None:
+    Cancelling a task awaiting `put` does not unqueue the record: it may still be
+    written (as with a thread interrupted after calling `DB.put`).
+    """
+
+    def __init__(self, db: DB, durability: str) -> None:
         self.db = db
+        self._ring: Any = None
+        if durability == "sync":
+            from ..aio._backend import RingBackend, get_backend
+
+            b = get_backend()
+            if isinstance(b, RingBackend):
+                self._ring = b
+        # futures of writes queued since the last group went out
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._last = 0  # ticket of the newest queued write
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
 
+    async def _write(self, ops: list[tuple[bytes, bytes | None]], atomic: bool) -> None:
+        if self._ring is None:
+            await self._run(self.db._s.batch if atomic else self._write_each, ops)
+            return
+        self._last = self.db._s.enqueue(ops, atomic)
+        fut: asyncio.Future[None] = self._ring.loop.create_future()
+        self._waiters.append(fut)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = self._ring.loop.create_task(self._flush())
+        await fut
+
+    def _write_each(self, ops: list[tuple[bytes, bytes | None]]) -> None:
+        for k, v in ops:
+            if v is None:
+                self.db._s.delete(k)
+            else:
+                self.db._s.put(k, v)
+
+    async def _flush(self) -> None:
+        """Write queued groups until none is left, one write+fdatasync at a time."""
+        s = self.db._s
+        while self._waiters:
+            waiters, self._waiters = self._waiters, []
+            last = self._last
+            err: BaseException | None = None
+            try:
+                lead = s.lead_async()
+                if lead is None:
+                    # a thread of this process leads a group commit that holds ours
+                    # (or will take it): wait for it off the loop
+                    await self._run(s.wait_ticket, last)
+                else:
+                    fd, off, data, _last = lead
+                    wrote, synced = await self._ring.write_datasync(fd, data, off)
+                    s.finish_async(wrote, synced)
+            except BaseException as e:  # noqa: BLE001 - delivered to every waiter
+                err = e
+            for f in waiters:
+                if not f.done():
+                    if err is None:
+                        f.set_result(None)
+                    else:
+                        f.set_exception(err)
+            if isinstance(err, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+                raise err
+
     async def put(self, key: bytes, value: bytes) -> None:
-        _check(key, value)
-        await self._run(self.db.put, key, value)
+        ring = self._ring
+        if ring is None:
+            _check(key, value)
+            await self._run(self.db._s.put, key, value)
+            return
+        # the hot path: the native side checks key and value
+        self._last = self.db._s.enqueue_put(key, value)
+        fut: asyncio.Future[None] = ring.loop.create_future()
+        self._waiters.append(fut)
+        f = self._flusher
+        if f is None or f.done():
+            self._flusher = ring.loop.create_task(self._flush())
+        await fut
 
     async def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
         return self.db.get(key, default)
 
     async def delete(self, key: bytes) -> bool:
-        return bool(await self._run(self.db.delete, key))
+        _check(key, None)
+        existed = key in self.db
+        await self._write([(key, None)], False)
+        return existed
 
     async def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
         return self.db.multi_get(keys)
@@ -227,15 +306,22 @@ class AsyncDB:
     async def batch(self, ops: list[tuple[bytes, bytes | None]]) -> None:
         for k, v in ops:
             _check(k, v)
-        await self._run(self.db._s.batch, ops)
+        if ops:
+            await self._write(list(ops), True)
 
     async def compact(self) -> tuple[int, int]:
+        await self._drain()
         return await self._run(self.db.compact)  # type: ignore[no-any-return]
+
+    async def _drain(self) -> None:
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
 
     def __len__(self) -> int:
         return len(self.db)
 
     async def close(self) -> None:
+        await self._drain()
         await self._run(self.db.close)
 
     async def __aenter__(self) -> AsyncDB:
@@ -256,7 +342,8 @@ class _AsyncOpener:
     async def _open(self) -> AsyncDB:
         loop = asyncio.get_running_loop()
         db = await loop.run_in_executor(_executor(), lambda: open(*self.a, **self.kw))
-        self.adb = AsyncDB(db)
+        durability = self.a[1] if len(self.a) > 1 else self.kw.get("durability", "sync")
+        self.adb = AsyncDB(db, durability)
         return self.adb
 
     async def __aenter__(self) -> AsyncDB:

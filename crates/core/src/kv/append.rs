@@ -44,7 +44,7 @@ impl Appender {
 
     /// Zero-fill the file up to past `end` (one fdatasync per 4 MiB). If the disk cannot
     /// take it, stop pre-filling and append plainly.
-    fn prefill_to(&mut self, end: u64) {
+    pub fn prefill_to(&mut self, end: u64) {
         if !self.prefill || end <= self.filled {
             return;
         }

@@ -184,6 +184,23 @@ struct Commit {
     /// `write_off`), and how to undo their index updates if writing them fails
     wbuf: Vec<u8>,
     undo: Vec<(Vec<u8>, Option<Loc>)>,
+    /// the group an event loop is writing (between lead_async and finish_async)
+    inflight: Option<Inflight>,
+}
+
+struct Inflight {
+    group: Vec<Pending>,
+    seg_id: u32,
+    seg: Arc<Segment>,
+    off: u64,
+}
+
+/// A group commit for the caller to write: `data` at `off` of `fd`, then fdatasync.
+pub struct Lead {
+    pub fd: i32,
+    pub off: u64,
+    pub data: Vec<u8>,
+    pub last_ticket: u64,
 }
 
 struct Pending {
@@ -211,6 +228,8 @@ pub struct Store {
     /// (active, end, seq) of the snapshot the index was loaded from: closing skips
     /// rewriting an `INDEX` that still describes the store exactly.
     loaded: Option<(u32, u64, u64)>,
+    /// durable group commits written (each one write + one fdatasync)
+    group_commits: AtomicU64,
     pub recovery: Recovery,
 }
 
@@ -496,9 +515,11 @@ impl Store {
                 last_sync: Instant::now(),
                 wbuf: Vec::new(),
                 undo: Vec::new(),
+                inflight: None,
             }),
             flushed: AtomicU64::new(act_size),
             loaded,
+            group_commits: AtomicU64::new(0),
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
             reader: Mutex::new(None),
@@ -838,6 +859,12 @@ impl Store {
     }
 
     fn write(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
+        let p = self.encode(ops, atomic)?;
+        self.commit(p)
+    }
+
+    /// Check and encode ops as one pending write with the next sequence number.
+    fn encode(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<Pending> {
         for (k, v) in ops {
             Self::check_kv(k, *v)?;
         }
@@ -878,7 +905,7 @@ impl Store {
         if atomic {
             record::encode_commit(&mut bytes, seq, ops.len() as u32);
         }
-        self.commit(Pending {
+        Ok(Pending {
             ticket: 0,
             bytes,
             updates,
@@ -897,6 +924,15 @@ impl Store {
         let ticket = c.next_ticket;
         p.ticket = ticket;
         c.pending.push(p);
+        self.wait_locked(c, ticket)
+    }
+
+    /// Wait until `ticket` is written (leading a group commit if nobody is).
+    fn wait_locked<'a>(
+        &'a self,
+        mut c: std::sync::MutexGuard<'a, Commit>,
+        ticket: u64,
+    ) -> io::Result<()> {
         loop {
             if c.done_ticket >= ticket {
                 if let Some((_, _, msg)) = c
@@ -931,6 +967,9 @@ impl Store {
                 let last = group.last().map(|g| g.ticket).unwrap_or(ticket);
                 match res {
                     Ok(new_off) => {
+                        if sync {
+                            self.group_commits.fetch_add(1, Ordering::Relaxed);
+                        }
                         c.write_off = new_off;
                         self.flushed.store(new_off, Ordering::Release);
                         if sync {
@@ -954,6 +993,149 @@ impl Store {
             }
             c = self.commit_cv.wait(c).expect("commit wait");
         }
+    }
+
+    // ----- group commit driven by an event loop ----------------------------------------
+
+    /// Queue ops for writing without waiting; returns their ticket. With
+    /// durability="sync" the caller then either drives the write itself
+    /// ([`Store::lead_async`], its own I/O, [`Store::finish_async`]) or blocks in
+    /// [`Store::wait_ticket`]; with the other durabilities the ops are written (buffered)
+    /// before this returns, and the ticket is 0.
+    pub fn enqueue(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<u64> {
+        if ops.is_empty() {
+            return Ok(0);
+        }
+        let mut p = self.encode(ops, atomic && ops.len() > 1)?;
+        if self.opts.durability != Durability::Sync {
+            self.commit_buffered(p)?;
+            return Ok(0);
+        }
+        let mut c = self.commit.lock().expect("commit");
+        c.next_ticket += 1;
+        p.ticket = c.next_ticket;
+        c.pending.push(p);
+        Ok(c.next_ticket)
+    }
+
+    /// Block until `ticket` is durable (leading a group commit if nobody is).
+    pub fn wait_ticket(&self, ticket: u64) -> io::Result<()> {
+        let c = self.commit.lock().expect("commit");
+        self.wait_locked(c, ticket)
+    }
+
+    /// Become the group-commit leader for everything queued, if nobody leads: returns
+    /// where the caller must write `data` (then fdatasync `fd`) before calling
+    /// [`Store::finish_async`]. `None`: nothing queued, or a thread is leading (its
+    /// group includes what was queued; [`Store::wait_ticket`] waits for it).
+    pub fn lead_async(&self) -> io::Result<Option<Lead>> {
+        let mut c = self.commit.lock().expect("commit");
+        if c.leader || c.pending.is_empty() {
+            return Ok(None);
+        }
+        let group = std::mem::take(&mut c.pending);
+        let first = group.first().map(|g| g.ticket).unwrap_or(0);
+        let last = group.last().map(|g| g.ticket).unwrap_or(0);
+        let total: u64 = group.iter().map(|g| g.bytes.len() as u64).sum();
+        let mut off = c.write_off;
+        let (mut seg_id, mut seg) = {
+            let st = self.state.read().expect("state");
+            (st.active, st.segs[&st.active].clone())
+        };
+        let mut app = c.appender.take().expect("appender");
+        if off > 0 && off + total > self.opts.segment_size {
+            match self.roll(&mut app, off) {
+                Ok((id, s)) => {
+                    (seg_id, seg, off) = (id, s, 0);
+                    c.write_off = 0;
+                }
+                Err(e) => {
+                    c.appender = Some(app);
+                    c.failed.push((first, last, format!("write failed: {e}")));
+                    c.done_ticket = c.done_ticket.max(last);
+                    self.commit_cv.notify_all();
+                    return Err(e);
+                }
+            }
+        }
+        // the zero pre-fill (rare: every 4 MiB) is written here; the group's own write
+        // and fdatasync are the caller's
+        app.prefill_to(off + total);
+        c.appender = Some(app);
+        c.leader = true;
+        let mut data = Vec::with_capacity(total as usize);
+        for g in &group {
+            data.extend_from_slice(&g.bytes);
+        }
+        let fd = seg.fd;
+        c.inflight = Some(Inflight {
+            group,
+            seg_id,
+            seg,
+            off,
+        });
+        Ok(Some(Lead {
+            fd,
+            off,
+            data,
+            last_ticket: last,
+        }))
+    }
+
+    /// The leader's write and fdatasync completed with these results (bytes written or
+    /// -errno; 0 or -errno): index the group and release its waiters, or report the
+    /// failure to all of them (the segment is cut back to where the group began).
+    pub fn finish_async(&self, wrote: i64, synced: i32) -> io::Result<()> {
+        let mut c = self.commit.lock().expect("commit");
+        let inf = c.inflight.take().expect("finish_async without lead_async");
+        let total: u64 = inf.group.iter().map(|g| g.bytes.len() as u64).sum();
+        let mut res = if wrote < 0 {
+            Err(io::Error::from_raw_os_error(-wrote as i32))
+        } else if synced < 0 && wrote as u64 >= total {
+            Err(io::Error::from_raw_os_error(-synced))
+        } else {
+            Ok(())
+        };
+        if res.is_ok() && (wrote as u64) < total {
+            // a short write (its linked fdatasync was cancelled): finish it here
+            let mut rest = Vec::new();
+            for g in &inf.group {
+                rest.extend_from_slice(&g.bytes);
+            }
+            let app = c.appender.as_mut().expect("appender");
+            res = app.append(&rest[wrote as usize..], inf.off + wrote as u64, true);
+        }
+        let first = inf.group.first().map(|g| g.ticket).unwrap_or(0);
+        let last = inf.group.last().map(|g| g.ticket).unwrap_or(0);
+        match &res {
+            Ok(()) => {
+                let mut st = self.state.write().expect("state");
+                let mut base = inf.off;
+                for g in &inf.group {
+                    Self::index_updates(&mut st, inf.seg_id, base, g, None);
+                    base += g.bytes.len() as u64;
+                }
+                inf.seg.size.store(inf.off + total, Ordering::Relaxed);
+                drop(st);
+                c.write_off = inf.off + total;
+                self.flushed.store(c.write_off, Ordering::Release);
+                c.unsynced = 0;
+                c.last_sync = Instant::now();
+                self.group_commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // SAFETY: the segment's fd is open for writing.
+                unsafe { libc::ftruncate(inf.seg.fd, inf.off as i64) };
+                c.failed.push((first, last, format!("write failed: {e}")));
+                if c.failed.len() > 64 {
+                    c.failed.remove(0);
+                }
+            }
+        }
+        c.done_ticket = c.done_ticket.max(last);
+        c.leader = false;
+        self.commit_cv.notify_all();
+        res
     }
 
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
@@ -1559,6 +1741,10 @@ impl Store {
             ("seq".into(), st.seq),
             ("io_uring".into(), uring),
             ("write_syscalls".into(), syscalls),
+            (
+                "group_commits".into(),
+                self.group_commits.load(Ordering::Relaxed),
+            ),
         ]
     }
 

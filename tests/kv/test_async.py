@@ -1,0 +1,123 @@
+"""The async API on asyncio's loop and on uvloop: durable writes group-committed on the
+event loop's own ring, mixed with threads, failures delivered to every writer."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from uringkit import kv
+from uringkit.aio._backend import RingBackend, get_backend
+
+Run = Callable[[Callable[[], Awaitable[Any]]], Any]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Run:
+    def go(fn: Callable[[], Awaitable[Any]]) -> Any:
+        async def main() -> Any:
+            return await fn()
+
+        if request.param == "uvloop":
+            uvloop = pytest.importorskip("uvloop")
+            return uvloop.run(main())
+        return asyncio.run(main())
+
+    return go
+
+
+def test_tasks_share_the_loops_ring_and_group_commits(tmp_path: Path, run: Run) -> None:
+    async def go() -> None:
+        async with kv.open_async(tmp_path / "db") as db:
+            if isinstance(get_backend(), RingBackend):
+                assert db._ring is get_backend()  # the loop's ring, not a thread pool
+
+            async def writer(t: int) -> None:
+                for i in range(40):
+                    await db.put(b"t%d-%d" % (t, i), b"v%d" % i)
+
+            await asyncio.gather(*(writer(t) for t in range(32)))
+            assert len(db) == 32 * 40
+            st = db.db.stats()
+            assert 0 < st["group_commits"] < 32 * 40 / 4, st  # fdatasyncs shared
+            await db.delete(b"t0-0")
+            await db.batch([(b"a", b"1"), (b"t1-1", None)])
+            assert await db.multi_get([b"t0-0", b"t1-1", b"a", b"t2-2"]) == [
+                None,
+                None,
+                b"1",
+                b"v2",
+            ]
+
+    run(go)
+    with kv.open(tmp_path / "db") as db:  # all durable, all there after reopening
+        assert len(db) == 32 * 40 - 2 + 1 and db.get(b"t31-39") == b"v39"
+
+
+def test_tasks_and_threads_write_together(tmp_path: Path, run: Run) -> None:
+    async def go() -> None:
+        async with kv.open_async(tmp_path / "db") as db:
+            stop = threading.Event()
+
+            def thread_writer(n: int) -> None:
+                for i in range(300):
+                    db.db.put(b"th%d-%d" % (n, i), b"x")
+                stop.set()
+
+            threads = [threading.Thread(target=thread_writer, args=(n,)) for n in range(4)]
+            for t in threads:
+                t.start()
+
+            async def writer(t: int) -> None:
+                for i in range(150):
+                    await db.put(b"as%d-%d" % (t, i), b"y")
+
+            await asyncio.gather(*(writer(t) for t in range(8)))
+            for t in threads:
+                await asyncio.get_running_loop().run_in_executor(None, t.join)
+            assert len(db) == 4 * 300 + 8 * 150
+
+    run(go)
+    with kv.open(tmp_path / "db") as db:
+        assert len(db) == 4 * 300 + 8 * 150
+
+
+def test_cancelled_put_and_bad_input(tmp_path: Path, run: Run) -> None:
+    async def go() -> None:
+        async with kv.open_async(tmp_path / "db") as db:
+            t = asyncio.ensure_future(db.put(b"k", b"v"))
+            await asyncio.sleep(0)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            await db.put(b"k2", b"v2")  # the store goes on
+            assert await db.get(b"k2") == b"v2"
+            with pytest.raises(TypeError, match="key must be bytes"):
+                await db.put("k", b"v")  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="64 KiB"):
+                await db.put(b"k" * 70_000, b"v")
+
+    run(go)
+
+
+def test_disk_full_fails_every_writer_of_the_group(small_fs: Path, run: Run) -> None:
+    async def go() -> None:
+        async with kv.open_async(small_fs / "db") as db:
+            await db.put(b"keep", b"safe")
+            results = await asyncio.gather(
+                *(db.put(b"k%d" % i, b"x" * 60_000) for i in range(40)),
+                return_exceptions=True,
+            )
+            errors = [r for r in results if isinstance(r, OSError)]
+            assert errors and all("No space left" in str(e) for e in errors)
+            assert await db.get(b"keep") == b"safe"
+            assert db.db.check()[1] == []
+
+    run(go)
+    with kv.open(small_fs / "db") as db:
+        assert db.get(b"keep") == b"safe" and db.recovery["torn_bytes"] == 0
