@@ -126,9 +126,10 @@ impl KvStore {
             segment_size,
             use_uring: io_uring,
         };
-        let store = py.detach(|| Store::open(&path, opts)).map_err(kv_err)?;
+        let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
+        Store::start_flusher(&store);
         Ok(KvStore {
-            inner: std::sync::Mutex::new(Some(Arc::new(store))),
+            inner: std::sync::Mutex::new(Some(store)),
         })
     }
 
@@ -214,10 +215,7 @@ impl KvStore {
 
     /// Lead the group commit of everything queued: (fd, offset, data, last_ticket) to
     /// write then fdatasync, or None (nothing queued, or a thread leads).
-    fn lead_async<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<Option<LeadTuple<'py>>> {
+    fn lead_async<'py>(&self, py: Python<'py>) -> PyResult<Option<LeadTuple<'py>>> {
         let s = self.store()?;
         let lead = py.detach(|| s.lead_async()).map_err(kv_err)?;
         Ok(lead.map(|l| (l.fd, l.off, PyBytes::new(py, &l.data), l.last_ticket)))
@@ -310,7 +308,17 @@ impl KvStore {
     /// Flush, release the writer lock, close. Idempotent.
     fn close(&self, py: Python<'_>) {
         let s = self.inner.lock().expect("kv").take();
-        py.detach(|| drop(s));
+        py.detach(|| {
+            if let Some(s) = s {
+                // Operations still running in other threads (or the batch flusher) hold
+                // the store: wait for them, so that the store is really closed (and its
+                // lock released) when close() returns.
+                while Arc::strong_count(&s) > 1 {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                drop(s);
+            }
+        });
     }
 
     #[getter]

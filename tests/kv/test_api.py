@@ -229,3 +229,34 @@ def test_disk_full_leaves_store_readable(small_fs: Path) -> None:
     with kv.open(p) as db:  # reopens cleanly, nothing torn
         assert db.get(b"keep") == b"safe" and len(db) == stored
         assert db.recovery["torn_bytes"] == 0
+
+
+@pytest.mark.parametrize("batch_ms", [30, None])
+def test_batch_durability_syncs_on_time_without_more_writes(
+    tmp_path: Path, batch_ms: int | None
+) -> None:
+    """durability="batch": a lone write reaches the disk within batch_ms even if no later
+    write comes along (a background flusher), so a SIGKILL after that loses nothing.
+    With "none", the record may still sit in the write buffer and be lost."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = tmp_path / "db"
+    mode = "batch" if batch_ms else "none"
+    code = (
+        "import sys, time\nfrom uringkit import kv\n"
+        f"db = kv.open(sys.argv[1], durability={mode!r}, batch_ms={batch_ms or 10})\n"
+        "db.put(b'lone', b'write')\nprint('ok', flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ok"
+    time.sleep(0.4)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with kv.open(p) as db:
+        if batch_ms:
+            assert db.get(b"lone") == b"write"
+        else:
+            assert db.get(b"lone") is None  # it was only in the process's write buffer

@@ -1346,6 +1346,38 @@ impl Store {
         self.flush_locked(&mut c, true)
     }
 
+    /// durability="batch": a thread that makes the store durable every `ms` even when no
+    /// write comes along to do it, so the loss window after a crash is bounded by time,
+    /// not by the next write. It holds only a weak reference: it ends with the store.
+    pub fn start_flusher(store: &Arc<Store>) {
+        let Durability::Batch { ms, .. } = store.opts.durability else {
+            return;
+        };
+        let weak = Arc::downgrade(store);
+        let period = Duration::from_millis(ms.max(1));
+        let _ = std::thread::Builder::new()
+            .name("xkv-flusher".into())
+            .spawn(move || loop {
+                std::thread::sleep(period);
+                let Some(s) = weak.upgrade() else { return };
+                s.sync_if_due(period);
+            });
+    }
+
+    /// Sync if something is unsynced and the last sync is at least `period` old.
+    fn sync_if_due(&self, period: Duration) {
+        let Ok(mut c) = self.commit.try_lock() else {
+            return; // a writer is busy: it checks the deadline itself
+        };
+        if c.leader || (c.unsynced == 0 && c.wbuf.is_empty()) {
+            return;
+        }
+        if c.last_sync.elapsed() >= period {
+            // a failure here is reported to the next writer or sync() as well
+            let _ = self.flush_locked(&mut c, true);
+        }
+    }
+
     /// Make buffered records readable from the file (not necessarily durable).
     fn flush(&self) -> io::Result<()> {
         let mut c = self.commit.lock().expect("commit");
