@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import warnings
@@ -260,3 +261,55 @@ def test_batch_durability_syncs_on_time_without_more_writes(
             assert db.get(b"lone") == b"write"
         else:
             assert db.get(b"lone") is None  # it was only in the process's write buffer
+
+
+def _direct_fds() -> list[str]:
+    """Paths of this process's descriptors opened with O_DIRECT."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                flags = int(f.read().split("flags:")[1].split()[0], 8)
+            if flags & os.O_DIRECT:
+                out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_direct_io_appends(tmp_path: Path, durability: str) -> None:
+    p = tmp_path / "db"
+    try:
+        db = kv.open(p, durability=durability, direct=True, segment_size=64 << 10)
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT here: {e}")
+    model: dict[bytes, bytes | None] = {}
+    with db:
+        assert db.stats()["direct"] == 1
+        assert any(x.endswith(".seg") for x in _direct_fds())  # really O_DIRECT
+        for i in range(1500):  # odd sizes: records straddle blocks; several segments
+            k, v = b"k%d" % (i % 700), bytes([i % 251]) * (i % 333 + 1)
+            db.put(k, v)
+            model[k] = v
+            if i % 13 == 0:  # reads of the newest records (pread, no mapping)
+                assert db.get(k) == v
+            if i % 97 == 0:
+                db.delete(b"k%d" % (i % 50))
+                model[b"k%d" % (i % 50)] = None
+            if i % 211 == 0:
+                with db.batch() as b:
+                    b.put(b"b%d" % i, b"batch")
+                model[b"b%d" % i] = b"batch"
+        keys = list(model)
+        assert db.multi_get(keys) == [model[k] for k in keys]
+        assert db.stats()["segments"] > 2
+        db.compact()
+        assert db.multi_get(keys) == [model[k] for k in keys]
+        assert db.check()[1] == []
+    for direct in (True, False):
+        with kv.open(p, direct=direct) as db:
+            assert db.multi_get(keys) == [model[k] for k in keys]
+            db.put(b"after", b"reopen")
+            assert db.get(b"after") == b"reopen"
+    assert _direct_fds() == []  # closed with the store

@@ -12,8 +12,48 @@ const STAGING: usize = 1 << 20;
 /// data only — no journal commit for a size or extent change per durable put.
 const PREFILL: u64 = 4 << 20;
 
+/// O_DIRECT writes go in whole blocks of this size (at least every device's logical
+/// block size and the page size).
+const BLOCK: u64 = 4096;
+
+/// O_DIRECT appending: a second descriptor opened with O_DIRECT, and the bytes of the
+/// partial block at the end of the data (rewritten, whole, with the next append).
+struct Direct {
+    fd: i32,
+    /// where `tail` starts in the file (a block boundary)
+    tail_at: u64,
+    tail: Vec<u8>,
+    /// an aligned staging buffer when there is no ring (the ring has its own)
+    buf: Option<AlignedBuf>,
+}
+
+impl Direct {
+    fn open(fd: i32) -> io::Result<i32> {
+        let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+        // SAFETY: path is a valid C string; the new fd is ours.
+        let d = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_DIRECT | libc::O_CLOEXEC,
+            )
+        };
+        if d < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "direct=True: cannot open the segment with O_DIRECT ({e}); this \
+                     filesystem may not support direct I/O — open with direct=False"
+                ),
+            ));
+        }
+        Ok(d)
+    }
+}
+
 pub struct Appender {
     ring: Option<(IoUring, AlignedBuf)>,
+    direct: Option<Direct>,
     fd: i32,
     pub uring: bool,
     pub syscalls: u64,
@@ -26,20 +66,46 @@ pub struct Appender {
 impl Appender {
     /// `size`: the file's current (recovered) size. `prefill`: zero-fill ahead (worth it
     /// for durable appends only: non-durable ones never wait for an fdatasync).
-    pub fn new(fd: i32, want_uring: bool, size: u64, prefill: bool) -> Appender {
+    /// `direct`: write with O_DIRECT (whole aligned blocks, bypassing the page cache).
+    pub fn new(
+        fd: i32,
+        want_uring: bool,
+        size: u64,
+        prefill: bool,
+        direct: bool,
+    ) -> io::Result<Appender> {
         let ring = if want_uring {
             Self::setup(fd).ok()
         } else {
             None
         };
-        Appender {
+        let direct = if direct {
+            Some(Direct {
+                fd: Direct::open(fd)?,
+                tail_at: 0,
+                tail: Vec::new(),
+                buf: if ring.is_some() {
+                    None
+                } else {
+                    Some(AlignedBuf::new(STAGING)?)
+                },
+            })
+        } else {
+            None
+        };
+        Ok(Appender {
             uring: ring.is_some(),
             ring,
+            direct,
             fd,
             syscalls: 0,
             filled: size,
             prefill,
-        }
+        })
+    }
+
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// Zero-fill the file up to past `end` (one fdatasync per 4 MiB). If the disk cannot
@@ -98,6 +164,14 @@ impl Appender {
 
     /// Point the appender at a new active segment.
     pub fn set_fd(&mut self, fd: i32) -> io::Result<()> {
+        if let Some(d) = self.direct.as_mut() {
+            let nd = Direct::open(fd)?;
+            // SAFETY: the previous O_DIRECT fd is ours and no write is in flight on it.
+            unsafe { libc::close(d.fd) };
+            d.fd = nd;
+            d.tail_at = 0;
+            d.tail.clear();
+        }
         self.fd = fd;
         self.filled = 0;
         if let Some((ring, _)) = &self.ring {
@@ -110,6 +184,9 @@ impl Appender {
     /// resubmitted; any error is returned (the caller truncates the partial tail).
     pub fn append(&mut self, data: &[u8], off: u64, sync: bool) -> io::Result<()> {
         self.prefill_to(off + data.len() as u64);
+        if self.direct.is_some() {
+            return self.append_direct(data, off, sync);
+        }
         let Some((ring, buf)) = self.ring.as_mut() else {
             return self.append_plain(data, off, sync);
         };
@@ -188,6 +265,115 @@ impl Appender {
         Ok(())
     }
 
+    /// O_DIRECT: rewrite the partial block at `off` with the new data after it, in whole
+    /// blocks (zero padded), from the aligned staging buffer — through the ring when there
+    /// is one. The file's size then runs ahead of the data to the block boundary; that
+    /// zero tail is cut off when the segment is sealed, and recovery ignores it.
+    fn append_direct(&mut self, data: &[u8], off: u64, sync: bool) -> io::Result<()> {
+        let d = self.direct.as_mut().expect("direct");
+        let start = off - off % BLOCK;
+        let prefix = (off - start) as usize;
+        if d.tail_at != start || d.tail.len() != prefix {
+            // (first append to this segment, or after a failed write) read it back
+            d.tail = vec![0u8; prefix];
+            let n = crate::sys::fileio::pread_full(self.fd, &mut d.tail, start)?;
+            if n != prefix {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "segment shorter than its data",
+                ));
+            }
+            d.tail_at = start;
+        }
+        let total = prefix + data.len();
+        // byte i of the image to write: the tail, then the data
+        let fill = |dst: &mut [u8], from: usize, tail: &[u8]| {
+            let mut i = 0;
+            while i < dst.len() {
+                let at = from + i;
+                if at < tail.len() {
+                    let n = (tail.len() - at).min(dst.len() - i);
+                    dst[i..i + n].copy_from_slice(&tail[at..at + n]);
+                    i += n;
+                } else {
+                    let at = at - tail.len();
+                    let n = (data.len() - at).min(dst.len() - i);
+                    dst[i..i + n].copy_from_slice(&data[at..at + n]);
+                    i += n;
+                }
+            }
+        };
+        let mut pos = 0usize;
+        while pos < total {
+            let n = (total - pos).min(STAGING);
+            let padded = (n as u64).div_ceil(BLOCK) * BLOCK;
+            let at = start + pos as u64;
+            let ptr = {
+                let staging = match (&self.ring, &d.buf) {
+                    (Some((_, b)), _) | (None, Some(b)) => b,
+                    (None, None) => unreachable!("direct mode always has a staging buffer"),
+                };
+                // SAFETY: nothing is in flight on the staging buffer (each write is
+                // waited for), and it is STAGING bytes long, padded <= STAGING.
+                let buf = unsafe { &mut staging.as_mut_slice()[..padded as usize] };
+                fill(&mut buf[..n], pos, &d.tail);
+                buf[n..].fill(0);
+                staging.as_ptr()
+            };
+            let res = match self.ring.as_mut() {
+                Some((ring, _)) => {
+                    let w = opcode::WriteFixed::new(types::Fd(d.fd), ptr, padded as u32, 0)
+                        .offset(at)
+                        .build()
+                        .user_data(3);
+                    // SAFETY: the entry points into the registered staging buffer, which
+                    // is not touched until the completion is reaped below.
+                    unsafe { ring.submission().push(&w).map_err(io::Error::other)? };
+                    self.syscalls += 1;
+                    ring.submit_and_wait(1)?;
+                    let c = ring.completion().next();
+                    c.map(|c| c.result() as isize)
+                        .unwrap_or(-libc::EIO as isize)
+                }
+                None => {
+                    self.syscalls += 1;
+                    // SAFETY: ptr/padded describe the aligned staging buffer.
+                    unsafe { libc::pwrite(d.fd, ptr.cast(), padded as usize, at as i64) }
+                }
+            };
+            if res < 0 {
+                let e = if self.ring.is_some() {
+                    io::Error::from_raw_os_error(-res as i32)
+                } else {
+                    io::Error::last_os_error()
+                };
+                d.tail_at = u64::MAX; // unknown now: read back before the next append
+                return Err(e);
+            }
+            if (res as u64) < padded {
+                d.tail_at = u64::MAX;
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short O_DIRECT write ({res} of {padded} bytes)"),
+                ));
+            }
+            pos += n;
+        }
+        // keep the new partial block for the next append
+        let end = off + data.len() as u64;
+        let new_start = end - end % BLOCK;
+        let from = (new_start - start) as usize;
+        let mut tail = vec![0u8; total - from];
+        fill(&mut tail, from, &d.tail);
+        d.tail = tail;
+        d.tail_at = new_start;
+        self.filled = self.filled.max(end.div_ceil(BLOCK) * BLOCK);
+        if sync {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
     fn append_plain(&mut self, data: &[u8], off: u64, sync: bool) -> io::Result<()> {
         self.syscalls += crate::sys::fileio::pwrite_all(self.fd, data, off)?;
         if sync {
@@ -203,5 +389,14 @@ impl Appender {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        if let Some(d) = &self.direct {
+            // SAFETY: the O_DIRECT fd is ours; nothing is in flight on it.
+            unsafe { libc::close(d.fd) };
+        }
     }
 }

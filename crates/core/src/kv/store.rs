@@ -33,6 +33,8 @@ pub struct Options {
     pub repair: bool,
     pub segment_size: u64,
     pub use_uring: bool,
+    /// Append with O_DIRECT (whole 4 KiB blocks, bypassing the page cache).
+    pub direct: bool,
 }
 
 impl Default for Options {
@@ -43,6 +45,7 @@ impl Default for Options {
             repair: false,
             segment_size: 256 << 20,
             use_uring: true,
+            direct: false,
         }
     }
 }
@@ -80,8 +83,10 @@ unsafe impl Sync for Segment {}
 
 impl Segment {
     /// `reserve`: how far the segment may grow (the active one maps its whole capacity).
-    fn new(fd: i32, size: u64, dead: u64, reserve: u64) -> Arc<Segment> {
-        let len = size.max(reserve) as usize;
+    /// `None`: no mapping at all — reads use pread (a segment written with O_DIRECT:
+    /// direct writes cannot invalidate pages a mapping holds).
+    fn new(fd: i32, size: u64, dead: u64, reserve: Option<u64>) -> Arc<Segment> {
+        let len = reserve.map(|r| size.max(r) as usize).unwrap_or(0);
         let map = if len == 0 {
             std::ptr::null()
         } else {
@@ -456,10 +461,10 @@ impl Store {
         let mut segs: BTreeMap<u32, Arc<Segment>> = raw
             .into_iter()
             .map(|(id, fd, size)| {
-                let reserve = if Some(id) == newest {
-                    opts.segment_size
-                } else {
-                    0
+                let reserve = match Some(id) == newest {
+                    true if opts.direct => None,
+                    true => Some(opts.segment_size),
+                    false => Some(0),
                 };
                 let d = dead.get(&id).copied().unwrap_or(0).min(size);
                 (id, Segment::new(fd, size, d, reserve))
@@ -477,19 +482,27 @@ impl Store {
                         return Err(e);
                     }
                 };
-                segs.insert(id, Segment::new(fd, 0, 0, opts.segment_size));
+                let reserve = (!opts.direct).then_some(opts.segment_size);
+                segs.insert(id, Segment::new(fd, 0, 0, reserve));
                 fsync_dir(dir)?;
                 id
             }
         };
         let act = segs[&active].clone();
         let act_size0 = act.size.load(Ordering::Relaxed);
-        let appender = Appender::new(
+        let appender = match Appender::new(
             act.fd,
             opts.use_uring,
             act_size0,
             opts.durability == Durability::Sync,
-        );
+            opts.direct,
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                guard.0.push(lock_fd);
+                return Err(e);
+            }
+        };
         rec.elapsed = t0.elapsed();
         let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
         let act_size = act.size.load(Ordering::Relaxed);
@@ -1328,7 +1341,12 @@ impl Store {
             &self.dir.join(seg_name(id)),
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
         )?;
-        let seg = Segment::new(fd, 0, 0, self.opts.segment_size);
+        let seg = Segment::new(
+            fd,
+            0,
+            0,
+            (!self.opts.direct).then_some(self.opts.segment_size),
+        );
         st.segs.insert(id, seg.clone());
         st.active = id;
         drop(st);
@@ -1725,7 +1743,7 @@ impl Store {
         {
             let mut st = self.state.write().expect("state");
             for (id, fd, size, entries) in &new_segs {
-                st.segs.insert(*id, Segment::new(*fd, *size, 0, 0));
+                st.segs.insert(*id, Segment::new(*fd, *size, 0, Some(0)));
                 for (k, l) in entries {
                     if let Some(cur) = st.index.get(k) {
                         if cur.seq == l.seq && old.contains(&cur.seg) {
@@ -1772,6 +1790,7 @@ impl Store {
             ("index_bytes".into(), st.index.memory() as u64),
             ("seq".into(), st.seq),
             ("io_uring".into(), uring),
+            ("direct".into(), self.opts.direct as u64),
             ("write_syscalls".into(), syscalls),
             (
                 "group_commits".into(),
