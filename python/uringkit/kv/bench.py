@@ -61,9 +61,12 @@ class Peer:
 
 class Xkv(Peer):
     name = "xkv"
+    #: `--direct`: durable workloads append with O_DIRECT (kv.open(direct=True))
+    direct_durable = False
 
     def open(self, path: str, durable: bool) -> None:
-        self.db = kv_open(path, durability="sync" if durable else "none")
+        direct = durable and self.direct_durable
+        self.db = kv_open(path, durability="sync" if durable else "none", direct=direct)
 
     def put(self, k: bytes, v: bytes) -> None:
         self.db.put(k, v)
@@ -464,7 +467,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--only", nargs="*", help="only these stores (xkv sqlite3 lmdb leveldb rocksdb)"
     )
+    ap.add_argument(
+        "--direct",
+        action="store_true",
+        help="xkv's durable workloads open the store with direct=True (O_DIRECT appends)",
+    )
     a = ap.parse_args(argv)
+    Xkv.direct_durable = a.direct
     con = Console(width=None if sys.stdout.isatty() else 150)
     rows = run(a.dir, a.quick, con, a.only)
     table(con, rows)
