@@ -121,3 +121,25 @@ def test_disk_full_fails_every_writer_of_the_group(small_fs: Path, run: Run) -> 
     run(go)
     with kv.open(small_fs / "db") as db:
         assert db.get(b"keep") == b"safe" and db.recovery["torn_bytes"] == 0
+
+
+def test_direct_store_groups_async_writes(tmp_path: Path, run: Run) -> None:
+    async def go() -> None:
+        try:
+            adb = await kv.open_async(tmp_path / "db", direct=True)
+        except OSError as e:
+            pytest.skip(f"no O_DIRECT here: {e}")
+        async with adb as db:
+
+            async def writer(t: int) -> None:
+                for i in range(30):
+                    await db.put(b"t%d-%d" % (t, i), b"v" * (i + t))
+
+            await asyncio.gather(*(writer(t) for t in range(16)))
+            assert db.db.stats()["direct"] == 1
+            assert 0 < db.db.stats()["group_commits"] < 16 * 30 / 2
+            assert await db.get(b"t15-29") == b"v" * 44
+
+    run(go)
+    with kv.open(tmp_path / "db") as db:
+        assert len(db) == 16 * 30

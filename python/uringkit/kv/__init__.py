@@ -266,8 +266,9 @@ class AsyncDB:
             try:
                 lead = s.lead_async()
                 if lead is None:
-                    # a thread of this process leads a group commit that holds ours
-                    # (or will take it): wait for it off the loop
+                    # a thread of this process leads a group commit that holds ours (or
+                    # will take it), or the store appends with O_DIRECT (its own writer
+                    # does it): one wait off the loop for the whole group
                     await self._run(s.wait_ticket, last)
                 else:
                     fd, off, data, _last = lead
@@ -351,9 +352,7 @@ class _AsyncOpener:
         loop = asyncio.get_running_loop()
         db = await loop.run_in_executor(_executor(), lambda: open(*self.a, **self.kw))
         durability = self.a[1] if len(self.a) > 1 else self.kw.get("durability", "sync")
-        # O_DIRECT appends keep their own block-aligned tail: they go through the store's
-        # writer, not the loop's ring
-        self.adb = AsyncDB(db, "threads" if self.kw.get("direct") else durability)
+        self.adb = AsyncDB(db, durability)
         return self.adb
 
     async def __aenter__(self) -> AsyncDB:

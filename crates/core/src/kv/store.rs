@@ -1039,9 +1039,15 @@ impl Store {
 
     /// Become the group-commit leader for everything queued, if nobody leads: returns
     /// where the caller must write `data` (then fdatasync `fd`) before calling
-    /// [`Store::finish_async`]. `None`: nothing queued, or a thread is leading (its
-    /// group includes what was queued; [`Store::wait_ticket`] waits for it).
+    /// [`Store::finish_async`]. `None`: nothing queued, a thread is leading (its group
+    /// includes what was queued), or the store appends with O_DIRECT:
+    /// [`Store::wait_ticket`] then waits for (or writes) the group.
     pub fn lead_async(&self) -> io::Result<Option<Lead>> {
+        if self.opts.direct {
+            // O_DIRECT appends keep a block-aligned tail in the appender: a thread writes
+            // the group ([`Store::wait_ticket`]), still one write + fdatasync per group
+            return Ok(None);
+        }
         let mut c = self.commit.lock().expect("commit");
         if c.leader || c.pending.is_empty() {
             return Ok(None);
