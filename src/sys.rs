@@ -64,6 +64,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(libaio_check, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait_many, m)?)?;
+    m.add_function(wrap_pyfunction!(read_cached_many, m)?)?;
     Ok(())
 }
 
@@ -164,6 +165,59 @@ fn pread_nowait_many(
             r as i64
         });
         at += len;
+    }
+    Ok(out)
+}
+
+/// Read every `(offset, n)` range of `fd` that the page cache holds, in one system call
+/// (a batch of io_uring READs flagged RWF_NOWAIT on a per-thread ring, each straight
+/// into its own new bytes object); `preadv2(RWF_NOWAIT)` per range where io_uring is
+/// unavailable. Each result is the bytes (fewer than n at end of file — or where the
+/// cache held only part) or a negative errno (-EAGAIN: not cached, read it the slow way).
+#[pyfunction]
+fn read_cached_many<'py>(
+    py: Python<'py>,
+    fd: i32,
+    ranges: Vec<(i64, usize)>,
+) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+    use pyo3::types::PyBytes;
+    let mut objs: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(ranges.len());
+    let mut reqs: Vec<(*mut u8, usize, u64)> = Vec::with_capacity(ranges.len());
+    for &(off, n) in &ranges {
+        if off < 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "offset must be >= 0 (got {off})"
+            )));
+        }
+        let n_ssize = isize::try_from(n)
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err("range too large"))?;
+        // SAFETY: PyBytes_FromStringAndSize(NULL, n) returns a new, uninitialised bytes
+        // object of n bytes (or NULL with an exception set); nobody else sees it yet.
+        let obj = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), n_ssize),
+            )?
+        }
+        .cast_into::<PyBytes>()
+        .map_err(PyErr::from)?;
+        // SAFETY: the object is a fresh bytes object we own: its buffer is ours to fill
+        // before anything else can observe it.
+        let p = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as *mut u8;
+        reqs.push((p, n, off as u64));
+        objs.push(obj);
+    }
+    // SAFETY: each buffer belongs to a bytes object held in `objs` until after the call.
+    let res = unsafe { uringkit_core::sys::nowait::read_many(fd, &reqs) };
+    let out = pyo3::types::PyList::empty(py);
+    for ((obj, r), &(_, n)) in objs.into_iter().zip(res).zip(&ranges) {
+        if r < 0 {
+            out.append(r)?;
+        } else if r as usize == n {
+            out.append(obj)?;
+        } else {
+            out.append(PyBytes::new(py, &obj.as_bytes()[..r as usize]))?;
+        }
     }
     Ok(out)
 }

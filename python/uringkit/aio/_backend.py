@@ -26,7 +26,13 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .._native import Completion, LibaioContext, Ring, pread_nowait, pread_nowait_many
+from .._native import (
+    Completion,
+    LibaioContext,
+    Ring,
+    pread_nowait,
+    read_cached_many,
+)
 from ..engines import choose_engine, libaio_usable
 
 RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
@@ -127,9 +133,18 @@ class ThreadBackend:
         await self.run(os.posix_fallocate, fd, offset, length)
 
     async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        return await self.run(  # type: ignore[no-any-return]
-            lambda: [_pread_full(fd, n, off) for off, n in ranges]
-        )
+        """Page-cache hits inline (one native call, no thread hop); the rest in one job
+        on the pool."""
+        ranges = list(ranges)
+        out: list[Any] = read_cached_many(fd, ranges)
+        misses = [i for i, r in enumerate(out) if not _complete(fd, ranges[i], r)]
+        if misses:
+            got = await self.run(
+                lambda: [_pread_full(fd, ranges[i][1], ranges[i][0]) for i in misses]
+            )
+            for i, b in zip(misses, got, strict=True):
+                out[i] = b
+        return out
 
 
 class LibaioBackend(ThreadBackend):
@@ -475,23 +490,12 @@ class RingBackend:
             raise _oserror(c.res, "fallocate")
 
     async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Page-cache hits inline (one native call for all ranges), the rest in one batch
-        of SQEs (one submit); short reads completed."""
+        """Page-cache hits inline — one system call for all ranges (a batch of
+        RWF_NOWAIT reads, each into its own new bytes object) — and the rest as one batch
+        of SQEs on the loop's ring; short reads completed."""
         ranges = list(ranges)
-        big = bytearray(sum(n for _, n in ranges))
-        res = pread_nowait_many(fd, big, ranges)
-        out: list[bytes | None] = []
-        misses = []
-        at = 0
-        for i, ((off, n), r) in enumerate(zip(ranges, res, strict=True)):
-            if r == n or r == 0:
-                out.append(bytes(big[at : at + r]) if r else b"")
-            elif r > 0 and _at_eof(fd, off + r):
-                out.append(bytes(big[at : at + r]))
-            else:
-                out.append(None)
-                misses.append((i, off, n))
-            at += n
+        out: list[Any] = read_cached_many(fd, ranges)
+        misses = [(i, *ranges[i]) for i, r in enumerate(out) if not _complete(fd, ranges[i], r)]
         if misses:
             bufs = [bytearray(n) for _, _, n in misses]
             got = await asyncio.gather(
@@ -502,7 +506,7 @@ class RingBackend:
             )
             for (i, _, n), b, g in zip(misses, bufs, got, strict=True):
                 out[i] = bytes(b) if g == n else bytes(b[:g])
-        return out  # type: ignore[return-value]
+        return out
 
     async def _read_many_ring(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         bufs = [bytearray(n) for _, n in ranges]
@@ -519,6 +523,14 @@ class RingBackend:
         if c.res < 0:
             raise _oserror(c.res, "stat", path if path != "" else None)
         return c.result  # type: ignore[no-any-return]
+
+
+def _complete(fd: int, rng: tuple[int, int], r: bytes | int) -> bool:
+    """Whether a read_cached_many result is the final answer for its range: all of it,
+    or a short read that ends at end of file (not a partly cached range)."""
+    if type(r) is not bytes:
+        return False
+    return len(r) == rng[1] or not r or _at_eof(fd, rng[0] + len(r))
 
 
 def _at_eof(fd: int, pos: int) -> bool:

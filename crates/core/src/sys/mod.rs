@@ -1,6 +1,7 @@
 //! Process-level facts and controls: seccomp, kernel version.
 
 pub mod fileio;
+pub mod nowait;
 pub mod seccomp;
 
 /// `uname -r`, e.g. "6.18.44-fc".

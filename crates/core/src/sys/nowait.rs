@@ -1,0 +1,142 @@
+//! Many page-cache reads in one system call: a batch of io_uring READs flagged
+//! RWF_NOWAIT on a small per-thread ring. Data in the page cache is copied during the
+//! submit itself (the kernel completes those reads inline); a read that would have to
+//! wait for the disk fails at once with EAGAIN instead of blocking, so the caller can
+//! send it down its asynchronous path. Where io_uring is unavailable, one
+//! `preadv2(RWF_NOWAIT)` per read does the same job.
+
+use io_uring::{opcode, types, IoUring};
+use std::cell::RefCell;
+
+/// Reads per submission (the ring's size).
+const DEPTH: usize = 64;
+
+thread_local! {
+    /// None: not tried yet; Some(None): io_uring unavailable on this thread.
+    static RING: RefCell<Option<Option<IoUring>>> = const { RefCell::new(None) };
+}
+
+fn preadv2_nowait(fd: i32, buf: *mut u8, len: usize, off: u64) -> i64 {
+    let iov = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    };
+    // SAFETY: iov describes `len` writable bytes the caller vouches for.
+    let r = unsafe { libc::preadv2(fd, &iov, 1, off as i64, libc::RWF_NOWAIT) };
+    if r < 0 {
+        -(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO) as i64)
+    } else {
+        r as i64
+    }
+}
+
+/// Read each `(buf, len, offset)` of `fd` without waiting for the disk; returns, in
+/// order, the bytes read (fewer at end of file) or -errno (-EAGAIN: not cached).
+///
+/// # Safety
+/// Every `buf` must be valid for `len` bytes of writes and not used by anything else
+/// until this returns (all reads have completed by then).
+pub unsafe fn read_many(fd: i32, reqs: &[(*mut u8, usize, u64)]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(reqs.len());
+    RING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let ring = slot.get_or_insert_with(|| IoUring::new(DEPTH as u32).ok());
+        let mut broken = false;
+        match ring {
+            Some(ring) => {
+                for chunk in reqs.chunks(DEPTH) {
+                    if broken || submit_chunk(ring, fd, chunk, &mut out).is_err() {
+                        // the kernel took nothing (ENOMEM, EAGAIN): do it plainly, and
+                        // drop this ring below — its queued entries are never submitted
+                        broken = true;
+                        for &(b, n, o) in chunk {
+                            out.push(preadv2_nowait(fd, b, n, o));
+                        }
+                    }
+                }
+            }
+            None => {
+                for &(b, n, o) in reqs {
+                    out.push(preadv2_nowait(fd, b, n, o));
+                }
+            }
+        }
+        if broken {
+            *slot = None; // a fresh ring next time
+        }
+    });
+    out
+}
+
+fn submit_chunk(
+    ring: &mut IoUring,
+    fd: i32,
+    chunk: &[(*mut u8, usize, u64)],
+    out: &mut Vec<i64>,
+) -> std::io::Result<()> {
+    let base = out.len();
+    for (i, &(b, n, o)) in chunk.iter().enumerate() {
+        let e = opcode::Read::new(types::Fd(fd), b, n.min(u32::MAX as usize) as u32)
+            .offset(o)
+            .rw_flags(libc::RWF_NOWAIT)
+            .build()
+            .user_data(i as u64);
+        // SAFETY: the caller guarantees each buffer for the call's duration, and we do
+        // not return before every entry's completion has been reaped below.
+        unsafe { ring.submission().push(&e) }.map_err(std::io::Error::other)?;
+    }
+    out.resize(base + chunk.len(), i64::MIN);
+    let mut seen = 0;
+    let mut submitted = false;
+    while seen < chunk.len() {
+        let r = if submitted {
+            ring.submit_and_wait(1)
+        } else {
+            ring.submit_and_wait(chunk.len())
+        };
+        match r {
+            Ok(_) => submitted = true,
+            // EINTR comes from the wait: the entries were submitted before it
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => submitted = true,
+            Err(e) if !submitted => {
+                out.truncate(base);
+                return Err(e);
+            }
+            Err(_) => {}
+        }
+        for c in ring.completion() {
+            out[base + c.user_data() as usize] = c.result() as i64;
+            seen += 1;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cached_reads_and_eof() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        use std::os::fd::AsRawFd;
+        let mut bufs = vec![vec![0u8; 4096]; 100];
+        let reqs: Vec<(*mut u8, usize, u64)> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| (b.as_mut_ptr(), 4096, (i as u64 * 997) % 20_000))
+            .collect();
+        // SAFETY: every buffer lives in `bufs` until after the call.
+        let res = unsafe { super::read_many(f.as_raw_fd(), &reqs) };
+        for (i, r) in res.iter().enumerate() {
+            let off = (i * 997) % 20_000;
+            let want = (20_000 - off).min(4096);
+            assert_eq!(*r, want as i64, "read {i}");
+            assert_eq!(&bufs[i][..want], &data[off..off + want]);
+        }
+    }
+}
