@@ -27,6 +27,7 @@ __all__ = [
     "op_table",
     "pread_nowait",
     "pread_nowait_many",
+    "read_cached_many",
     "run_job",
     "seccomp_mode",
 ]
