@@ -145,15 +145,25 @@ impl Index {
         }
     }
 
-    fn hash(&self, key: &[u8]) -> u64 {
+    /// The hash `*_hashed` methods take (computing it ahead lets a caller prefetch).
+    pub fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
+    }
+
+    /// Prefetch where `hash`'s entry lives: callers applying many keys warm a few keys
+    /// ahead, so the table's cache misses overlap instead of queueing one by one.
+    pub fn warm(&self, hash: u64) {
+        self.table.warm(hash);
     }
 
     /// Room for `keys` entries and `arena` bytes of keys without rehashing.
     pub fn reserve(&mut self, keys: usize, arena: usize) {
         let (hasher, ar) = (&self.hasher, &self.arena);
-        self.table
-            .reserve(keys, |e| hasher.hash_one(Self::key_at(ar, e.at())));
+        self.table.reserve(
+            keys,
+            |e| hasher.hash_one(Self::key_at(ar, e.at())),
+            |e| super::table::prefetch(ar.as_ptr().wrapping_add(e.at() as usize)),
+        );
         self.arena.reserve(arena);
     }
 
@@ -192,6 +202,11 @@ impl Index {
     /// [`Index::put`], saying whether the entry was new, replaced or (`only_newer`) kept.
     pub fn put_with(&mut self, key: &[u8], loc: Loc, only_newer: bool) -> Put {
         let h = self.hash(key);
+        self.put_hashed(key, h, loc, only_newer)
+    }
+
+    /// [`Index::put_with`] with the key's [`Index::hash`] computed by the caller.
+    pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, only_newer: bool) -> Put {
         self.reserve(1, 0); // before probing: the free slot found below stays valid
         let arena = &self.arena;
         // one probe: find the key or the slot to put it in
@@ -226,10 +241,13 @@ impl Index {
 
     /// Remove a key; returns its location if it was live.
     pub fn remove(&mut self, key: &[u8]) -> Option<Loc> {
+        self.remove_hashed(key, self.hash(key))
+    }
+
+    /// [`Index::remove`] with the key's [`Index::hash`] computed by the caller.
+    pub fn remove_hashed(&mut self, key: &[u8], h: u64) -> Option<Loc> {
         let arena = &self.arena;
-        let i = self
-            .table
-            .find(self.hash(key), |e| Self::key_at(arena, e.at()) == key)?;
+        let i = self.table.find(h, |e| Self::key_at(arena, e.at()) == key)?;
         let loc = self.table.get(i).loc();
         self.table.erase(i);
         self.dead += 4 + key.len();

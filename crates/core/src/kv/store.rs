@@ -333,6 +333,9 @@ fn hint_name(id: u32) -> String {
 }
 const COMPACT_MARKER: &str = "COMPACTED";
 
+/// A record found by recovery: (key, kind, value length, (segment, offset, seq, size)).
+type Replayed<'a> = (&'a [u8], Kind, u32, (u32, u64, u64, u64));
+
 /// A compaction output being written: (id, fd, size, index entries for its hint file).
 type NewSeg = (u32, i32, u64, Vec<(Vec<u8>, Loc)>);
 
@@ -600,6 +603,8 @@ impl Store {
         let mut batch: Vec<(usize, Kind, u32, u64, u64, usize)> = Vec::new();
         let mut batch_start: Option<usize> = None;
         let mut good_end = off;
+        // single records waiting to be indexed (in order, a chunk at a time)
+        let mut ready: Vec<Replayed> = Vec::with_capacity(256);
         while off < data.len() {
             let bad = match record::parse_header(&data[off..]) {
                 Ok(h) => {
@@ -614,11 +619,16 @@ impl Store {
                         rec.records += 1;
                         match h.kind {
                             Kind::Commit => {
-                                for (o, kind, vl, s, t, kl) in batch.drain(..) {
-                                    let k = &data[o + HEADER..o + HEADER + kl];
-                                    let r = (id, o as u64, s, t);
-                                    Self::apply(index, k, kind, vl, r, dead);
-                                }
+                                Self::apply_all(index, &ready, dead);
+                                ready.clear();
+                                let items: Vec<Replayed> = batch
+                                    .drain(..)
+                                    .map(|(o, kind, vl, s, t, kl)| {
+                                        let k = &data[o + HEADER..o + HEADER + kl];
+                                        (k, kind, vl, (id, o as u64, s, t))
+                                    })
+                                    .collect();
+                                Self::apply_all(index, &items, dead);
                                 *dead.entry(id).or_default() += total as u64;
                                 batch_start = None;
                                 good_end = off + total;
@@ -630,7 +640,11 @@ impl Store {
                             }
                             kind => {
                                 let r = (id, off as u64, h.seq, total as u64);
-                                Self::apply(index, key, kind, h.val_len, r, dead);
+                                ready.push((key, kind, h.val_len, r));
+                                if ready.len() == 256 {
+                                    Self::apply_all(index, &ready, dead);
+                                    ready.clear();
+                                }
                                 good_end = off + total;
                             }
                         }
@@ -678,6 +692,8 @@ impl Store {
                 }
             }
         }
+        Self::apply_all(index, &ready, dead);
+        drop(ready);
         // An incomplete batch or a torn record at the end of the newest segment never
         // happened: cut the file back to the last complete record.
         let end = if batch_start.is_some() || off < data.len() {
@@ -715,10 +731,25 @@ impl Store {
         Ok((end as u64, max_seq))
     }
 
+    /// Index replayed records in order, hashing them all first and warming the table a
+    /// few records ahead (their cache misses overlap).
+    fn apply_all(index: &mut Index, items: &[Replayed], dead: &mut BTreeMap<u32, u64>) {
+        const AHEAD: usize = 8;
+        index.reserve(items.len(), 0);
+        let hashes: Vec<u64> = items.iter().map(|it| index.hash(it.0)).collect();
+        for (j, &(key, kind, val_len, r)) in items.iter().enumerate() {
+            if let Some(&ha) = hashes.get(j + AHEAD) {
+                index.warm(ha);
+            }
+            Self::apply(index, key, hashes[j], kind, val_len, r, dead);
+        }
+    }
+
     /// Index one replayed record; `r` = (segment, offset, seq, record size).
     fn apply(
         index: &mut Index,
         key: &[u8],
+        hash: u64,
         kind: Kind,
         val_len: u32,
         r: (u32, u64, u64, u64),
@@ -735,7 +766,7 @@ impl Store {
             off,
             seq,
         };
-        match index.put_with(key, loc, true) {
+        match index.put_hashed(key, hash, loc, true) {
             Put::Ignored => *dead.entry(seg).or_default() += size,
             r => {
                 if let Put::Replaced(old) = r {
@@ -798,17 +829,14 @@ impl Store {
             max_seq = max_seq.max(seq);
             at += 24 + key_len;
         }
-        for (k, l) in entries {
-            let size = (HEADER + k.len() + l.val_len as usize) as u64;
-            Self::apply(
-                index,
-                k,
-                Kind::Put,
-                l.val_len,
-                (id, l.off, l.seq, size),
-                dead,
-            );
-        }
+        let items: Vec<Replayed> = entries
+            .into_iter()
+            .map(|(k, l)| {
+                let size = (HEADER + k.len() + l.val_len as usize) as u64;
+                (k, Kind::Put, l.val_len, (id, l.off, l.seq, size))
+            })
+            .collect();
+        Self::apply_all(index, &items, dead);
         Some((seg_size, max_seq))
     }
 
@@ -1166,9 +1194,21 @@ impl Store {
         p: &Pending,
         mut undo: Option<&mut Vec<(Vec<u8>, Option<Loc>)>>,
     ) {
-        for (klen, kind, vl, at) in &p.updates {
-            let ks = *at as usize + HEADER;
-            let k = &p.bytes[ks..ks + *klen as usize];
+        // Hash every key first, then apply them warming the table a few keys ahead: a
+        // batch's random table accesses overlap instead of waiting one by one.
+        const AHEAD: usize = 8;
+        let key = |u: &(u32, Kind, u32, u64)| {
+            let ks = u.3 as usize + HEADER;
+            &p.bytes[ks..ks + u.0 as usize]
+        };
+        let puts = p.updates.iter().filter(|u| u.1 != Kind::Delete).count();
+        st.index.reserve(puts, 0); // no rehash mid-batch: warmed addresses stay valid
+        let hashes: Vec<u64> = p.updates.iter().map(|u| st.index.hash(key(u))).collect();
+        for (j, u) in p.updates.iter().enumerate() {
+            if let Some(&ha) = hashes.get(j + AHEAD) {
+                st.index.warm(ha);
+            }
+            let (k, (_, kind, vl, at)) = (key(u), u);
             let loc = Loc {
                 seg,
                 val_len: *vl,
@@ -1176,9 +1216,12 @@ impl Store {
                 seq: p.seq,
             };
             let old = if *kind == Kind::Delete {
-                st.index.remove(k)
+                st.index.remove_hashed(k, hashes[j])
             } else {
-                st.index.put(k, loc, false)
+                match st.index.put_hashed(k, hashes[j], loc, false) {
+                    Put::Replaced(o) => Some(o),
+                    _ => None,
+                }
             };
             if let Some(o) = old {
                 let dead = (HEADER + k.len() + o.val_len as usize) as u64;
