@@ -187,6 +187,13 @@ impl Appender {
         if self.direct.is_some() {
             return self.append_direct(data, off, sync);
         }
+        if !sync {
+            // A write nobody waits to be durable (a flush of the write buffer): plain
+            // pwrite straight from the caller's memory. Through the ring it would first be
+            // copied into the staging buffer, and ext4 hands buffered io_uring writes to a
+            // worker thread: measured 1.3-1.6x slower for the 4 KiB-value bulk load.
+            return self.append_plain(data, off, false);
+        }
         let Some((ring, buf)) = self.ring.as_mut() else {
             return self.append_plain(data, off, sync);
         };

@@ -74,6 +74,10 @@ pub struct Segment {
     /// always written (flushed) before they are indexed as readable.
     map: *const u8,
     map_len: usize,
+    /// Every record in it was CRC-checked by this process (scanned at open) or written by
+    /// it: reads then check only that the record holds the key. Segments known only from
+    /// the index snapshot or a hint file have each record's CRC checked when read.
+    verified: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the mapping is read-only and shared; it lives as long as the Segment.
@@ -113,6 +117,7 @@ impl Segment {
             dead: AtomicU64::new(dead),
             map,
             map_len: if map.is_null() { 0 } else { len },
+            verified: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -436,12 +441,13 @@ impl Store {
                 (index, None, 0)
             }
         };
-        let mut raw: Vec<(u32, i32, u64)> = Vec::new();
+        let mut raw: Vec<(u32, i32, u64, bool)> = Vec::new();
         for &id in &ids {
             let path = dir.join(seg_name(id));
             let fd = open_fd(&path, libc::O_RDWR)?;
             guard.0.push(fd);
             let is_newest = Some(id) == newest;
+            let mut scanned = false;
             let (size, s) = if let Some(&size) = known.get(&id) {
                 (size, 0)
             } else if let Some((_, from)) = resume.filter(|r| r.0 == id) {
@@ -452,10 +458,11 @@ impl Store {
                 r
             } else {
                 let r = (id, fd, 0, is_newest, opts.repair);
+                scanned = true;
                 Self::replay(&path, r, &mut index, &mut rec, &mut dead)?
             };
             seq = seq.max(s);
-            raw.push((id, fd, size));
+            raw.push((id, fd, size, scanned));
         }
         index.purge_tombstones();
         index.shrink();
@@ -463,14 +470,16 @@ impl Store {
         guard.0.clear(); // from here on, Segment owns each fd
         let mut segs: BTreeMap<u32, Arc<Segment>> = raw
             .into_iter()
-            .map(|(id, fd, size)| {
+            .map(|(id, fd, size, scanned)| {
                 let reserve = match Some(id) == newest {
                     true if opts.direct => None,
                     true => Some(opts.segment_size),
                     false => Some(0),
                 };
                 let d = dead.get(&id).copied().unwrap_or(0).min(size);
-                (id, Segment::new(fd, size, d, reserve))
+                let seg = Segment::new(fd, size, d, reserve);
+                seg.verified.store(scanned, Ordering::Relaxed);
+                (id, seg)
             })
             .collect();
         let max_id = ids.last().copied().unwrap_or(0);
@@ -1473,7 +1482,7 @@ impl Store {
     fn read_value(seg: &Segment, loc: Loc, key: &[u8]) -> io::Result<Vec<u8>> {
         let total = HEADER + key.len() + loc.val_len as usize;
         if let Some(rec) = seg.mapped(loc.off, total) {
-            Self::verify(rec, loc, key)?;
+            Self::verify(seg, rec, loc, key)?;
             return Ok(rec[HEADER + key.len()..].to_vec());
         }
         let mut v = vec![0u8; total];
@@ -1488,13 +1497,14 @@ impl Store {
                 ),
             ));
         }
-        Self::verify(&v, loc, key)?;
+        Self::verify(seg, &v, loc, key)?;
         v.drain(..HEADER + key.len());
         Ok(v)
     }
 
-    fn verify(rec: &[u8], loc: Loc, key: &[u8]) -> io::Result<()> {
-        if record::check(rec).is_ok() && &rec[HEADER..HEADER + key.len()] == key {
+    fn verify(seg: &Segment, rec: &[u8], loc: Loc, key: &[u8]) -> io::Result<()> {
+        let holds_key = rec.get(HEADER..HEADER + key.len()) == Some(key);
+        if holds_key && (seg.verified.load(Ordering::Relaxed) || record::check(rec).is_ok()) {
             return Ok(());
         }
         Err(err(
@@ -1627,7 +1637,7 @@ impl Store {
             let key = keys[*i];
             out[*i] = Some(if done[j] {
                 let mut v = std::mem::take(&mut bufs[j]);
-                Self::verify(&v, *l, key)?;
+                Self::verify(seg, &v, *l, key)?;
                 v.drain(..HEADER + key.len());
                 v
             } else {
