@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import errno
 import io
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any, Generic, TypeVar
 
 from .._native import AlignedBuffer
+from ._backend import RingBackend
 
 T = TypeVar("T", bytes, str)
 CHUNK = 64 * 1024
@@ -316,8 +318,23 @@ class AsyncFile(_Lines[bytes]):
         if pool is None:
             pool = self._pool[n] = []
         buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
+        b = self._b
         try:
-            got = await self._b.read_direct(self._fd, buf, n, offset)
+            if type(b) is RingBackend:
+                # the ring's fast path, inlined: one future resolved natively
+                fut = b.start_read(self._fd, buf, n, offset)
+                try:
+                    r = await fut
+                except asyncio.CancelledError:
+                    b.cancel_read(fut)
+                    raise
+                got = (
+                    r
+                    if type(r) is int and (r == n or r == 0)
+                    else (await b.finish_read(self._fd, buf, n, offset, r))
+                )
+            else:
+                got = await b.read_direct(self._fd, buf, n, offset)
         except OSError as e:
             raise _explain_direct(e, n, offset) from None
         data = bytes(memoryview(buf)[:got])
