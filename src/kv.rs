@@ -144,6 +144,12 @@ impl KvStore {
     ) -> PyResult<()> {
         let s = self.store()?;
         let (k, v) = (bytes_arg(key, "key")?, bytes_arg(value, "value")?);
+        // a buffered put that cannot block keeps the GIL (no hand-off between threads)
+        if s.write_nonblocking(&[(k, Some(v))], false)
+            .map_err(kv_err)?
+        {
+            return Ok(());
+        }
         py.detach(|| s.put(k, v)).map_err(kv_err)
     }
 
@@ -195,6 +201,9 @@ impl KvStore {
         let s = self.store()?;
         let held = extract_ops(ops)?;
         let refs = op_refs(&held);
+        if s.write_nonblocking(&refs, true).map_err(kv_err)? {
+            return Ok(());
+        }
         py.detach(|| s.batch(&refs)).map_err(kv_err)
     }
 

@@ -313,3 +313,33 @@ def test_direct_io_appends(tmp_path: Path, durability: str) -> None:
             db.put(b"after", b"reopen")
             assert db.get(b"after") == b"reopen"
     assert _direct_fds() == []  # closed with the store
+
+
+@pytest.mark.parametrize("durability", ["none", "batch"])
+def test_many_threads_buffered_puts(tmp_path: Path, durability: str) -> None:
+    """Buffered puts that cannot block keep the GIL (no hand-off per put); those that must
+    flush, sync or roll a segment take the blocking path. Either way nothing is lost."""
+    import threading
+
+    p = tmp_path / "db"
+    with kv.open(p, durability=durability, segment_size=256 << 10, batch_ms=5) as db:
+
+        def writer(t: int) -> None:
+            for i in range(500):
+                db.put(b"t%d-%d" % (t, i), b"v" * (i % 300))
+                if i % 100 == 0:
+                    with db.batch() as b:
+                        b.put(b"b%d-%d" % (t, i), b"x")
+                        b.delete(b"t%d-%d" % (t, i))
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(db) == 32 * 500
+        assert db.stats()["segments"] > 3  # rolled while threads were putting
+    with kv.open(p) as db:
+        assert len(db) == 32 * 500
+        assert db.get(b"t31-499") == b"v" * 199 and db.get(b"t5-100") is None
+        assert db.get(b"b5-100") == b"x"

@@ -1244,6 +1244,51 @@ impl Store {
         }
     }
 
+    /// durability "none"/"batch": apply ops only if that cannot block — the write buffer
+    /// has room, no flush, sync or segment roll is due, and nobody holds the writer lock.
+    /// Returns false (nothing done) otherwise: the caller then takes the normal path
+    /// (for Python: with the GIL released). Lets many threads put without a GIL hand-off
+    /// per put.
+    pub fn write_nonblocking(
+        &self,
+        ops: &[(&[u8], Option<&[u8]>)],
+        atomic: bool,
+    ) -> io::Result<bool> {
+        if self.opts.durability == Durability::Sync || ops.is_empty() {
+            return Ok(false);
+        }
+        let len: usize = ops
+            .iter()
+            .map(|(k, v)| HEADER + k.len() + v.map(|v| v.len()).unwrap_or(0))
+            .sum::<usize>()
+            + HEADER;
+        let Ok(mut c) = self.commit.try_lock() else {
+            return Ok(false);
+        };
+        let end = c.write_off + c.wbuf.len() as u64;
+        let due = match self.opts.durability {
+            Durability::Batch { ms, bytes } => {
+                c.last_sync.elapsed() >= Duration::from_millis(ms)
+                    || c.unsynced + (c.wbuf.len() + len) as u64 >= bytes
+            }
+            _ => false,
+        };
+        if c.leader
+            || due
+            || c.wbuf.len() + len >= 1 << 20
+            || end + len as u64 > self.opts.segment_size
+        {
+            return Ok(false);
+        }
+        let p = self.encode(ops, atomic && ops.len() > 1)?;
+        let base = end;
+        c.wbuf.extend_from_slice(&p.bytes);
+        let mut st = self.state.write().expect("state");
+        let seg_id = st.active;
+        Self::index_updates(&mut st, seg_id, base, &p, Some(&mut c.undo));
+        Ok(true)
+    }
+
     /// durability "none"/"batch": records go to an in-memory write buffer (indexed at their
     /// future file offsets) that is written when it reaches 1 MiB, when a sync is due, or
     /// when a reader needs one of its records.
