@@ -55,6 +55,8 @@ def test_bench_quick_xkv_and_sqlite(tmp_path: Path) -> None:
             "sqlite3",
             "--json-out",
             str(tmp_path / "kv.json"),
+            "--plot",
+            str(tmp_path / "kv.png"),
         ],
         capture_output=True,
         text=True,
@@ -65,3 +67,9 @@ def test_bench_quick_xkv_and_sqlite(tmp_path: Path) -> None:
     assert rows["random get hot (gets/s)"]["xkv"] > 0
     assert set(rows["durable put P99 (ms)"]) == {"xkv", "sqlite3"}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("uringkit-kv")] == []
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "no plot" in out.stdout
+    else:
+        assert (tmp_path / "kv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

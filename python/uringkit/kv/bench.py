@@ -432,6 +432,46 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
 LOWER_IS_BETTER = ("(ms)", "(s)", "disk / data")
 
 
+def plot(path: str, rows: dict[str, dict[str, float]]) -> bool:
+    """One bar per store per workload, each row scaled to its best store (1 = best;
+    rows where lower is better inverted so that taller is always better)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = sorted({p for r in rows.values() for p in r}, key=lambda n: (n != "xkv", n))
+    work = [w for w, r in rows.items() if r]
+    fig, ax = plt.subplots(figsize=(13, 0.45 * len(work) * len(names) / 2 + 2))
+    h = 0.8 / len(names)
+    for i, n in enumerate(names):
+        vals = []
+        for w in work:
+            r = rows[w]
+            lower = any(s in w for s in LOWER_IS_BETTER)
+            v = r.get(n)
+            if v is None or v <= 0:
+                vals.append(0.0)
+            elif lower:
+                vals.append(min(r.values()) / v)
+            else:
+                vals.append(v / max(r.values()))
+        ys = [k + i * h for k in range(len(work))]
+        ax.barh(ys, vals, height=h, label=n)
+    ax.set_yticks([k + 0.4 - h / 2 for k in range(len(work))], work, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("relative to the best store in the row (1 = best; longer is better)")
+    ax.set_title("uringkit kv bench")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def table(con: Console, rows: dict[str, dict[str, float]]) -> None:
     names = sorted({p for r in rows.values() for p in r}, key=lambda n: (n != "xkv", n))
     t = Table(title="uringkit kv bench (ratio: xkv vs the best peer; > 1 means xkv is better)")
@@ -465,6 +505,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--quick", action="store_true", help="10x smaller workloads")
     ap.add_argument("--json-out", default="uringkit-kv-bench.json")
     ap.add_argument(
+        "--plot",
+        default="uringkit-kv-bench.png",
+        help="PNG of every row relative to its best store (needs the plot extra; '' skips)",
+    )
+    ap.add_argument(
         "--only", nargs="*", help="only these stores (xkv sqlite3 lmdb leveldb rocksdb)"
     )
     ap.add_argument(
@@ -480,5 +525,10 @@ def main(argv: list[str]) -> int:
     with open(a.json_out, "w") as f:
         json.dump(rows, f, indent=2)
     con.print(f"wrote {a.json_out}")
+    if a.plot:
+        if plot(a.plot, rows):
+            con.print(f"wrote {a.plot}")
+        else:
+            con.print("no plot: matplotlib is not installed (pip install 'uringkit[plot]')")
     _ = statistics
     return 0
