@@ -1,0 +1,230 @@
+"""The SIGKILL crash harness for xkv, shared by the test suite (tests/kv/test_crash.py,
+30+ rounds in CI) and `benches/kv_crash.py` (as many rounds as asked).
+
+A writer process puts with durability="sync", logging an intent before each operation
+and an acknowledgement after it returns, and is SIGKILLed at a random moment (some
+rounds during compaction). The store is then reopened and checked: every acknowledged
+write is there with its exact value, no acknowledged delete has come back, nothing with
+a bad CRC is served, and the one operation each writer had in flight at the kill either
+landed whole or not at all (a batch all or nothing).
+
+Two writers: "threads" (one blocking writer, puts/deletes/batches/compactions on 400
+keys) and "async" (eight asyncio tasks on the event loop's group commit, each on its own
+keys so that each task's in-flight operation is judged on its own).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import open as kv_open
+
+__all__ = ["CrashCheckFailed", "Round", "run_rounds"]
+
+Ops = list[tuple[bytes, bytes | None]]
+Model = dict[bytes, bytes | None]
+
+_LOG = r"""
+import os, sys, random
+from uringkit import kv
+path, seed = sys.argv[1], int(sys.argv[2])
+log = os.fdopen(int(sys.argv[3]), "w", buffering=1)
+def line(ops):
+    return " ".join(k.hex() + ":" + ("-" if v is None else v.hex()) for k, v in ops)
+"""
+
+THREAD_WRITER = (
+    _LOG
+    + r"""
+rng = random.Random(seed)
+db = kv.open(path, durability="sync", segment_size=64 << 10)
+i = 0
+while True:
+    i += 1
+    r = rng.random()
+    if r < 0.75:
+        k = b"k%d" % rng.randrange(400)
+        v = b"%d-%d-" % (seed, i) + bytes(rng.randrange(256) for _ in range(rng.randrange(300)))
+        ops = [(k, v)]
+    elif r < 0.9:
+        ops = [(b"k%d" % rng.randrange(400), None)]
+    elif r < 0.97:
+        ops = [(b"b%d" % rng.randrange(50), b"%d-%d-%d" % (seed, i, j)) for j in range(5)]
+    else:
+        db.compact()
+        continue
+    log.write("I 0 " + line(ops) + "\n")
+    if len(ops) == 1:
+        k, v = ops[0]
+        db.delete(k) if v is None else db.put(k, v)
+    else:
+        with db.batch() as b:
+            for k, v in ops:
+                b.put(k, v)
+    log.write("A 0 " + line(ops) + "\n")
+"""
+)
+
+ASYNC_WRITER = (
+    _LOG
+    + r"""
+import asyncio
+
+async def task(db, t):
+    rng = random.Random(seed * 100 + t)
+    i = 0
+    while True:
+        i += 1
+        r = rng.random()
+        k = b"t%d-k%d" % (t, rng.randrange(60))
+        if r < 0.8:
+            ops = [(k, b"%d-%d-%d-" % (seed, t, i) + bytes(rng.randrange(200)))]
+        elif r < 0.9:
+            ops = [(k, None)]
+        elif r < 0.99 or t != 0:
+            ops = [(b"t%d-b%d" % (t, j), b"%d-%d-%d" % (seed, i, j)) for j in range(4)]
+        else:
+            await db.compact()
+            continue
+        log.write("I %d %s\n" % (t, line(ops)))
+        if len(ops) > 1:
+            await db.batch(ops)
+        elif ops[0][1] is None:
+            await db.delete(ops[0][0])
+        else:
+            await db.put(*ops[0])
+        log.write("A %d %s\n" % (t, line(ops)))
+
+async def main():
+    async with kv.open_async(path, segment_size=64 << 10) as db:
+        await asyncio.gather(*(task(db, t) for t in range(8)))
+
+asyncio.run(main())
+"""
+)
+
+WRITERS = {"threads": THREAD_WRITER, "async": ASYNC_WRITER}
+
+
+class CrashCheckFailed(AssertionError):
+    """The store broke a promise after a SIGKILL (the message says which and where)."""
+
+
+@dataclass
+class Round:
+    seed: int
+    acked: int = 0
+    in_flight: int = 0
+    landed: int = 0
+    checked_keys: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def _parse(text: str) -> Ops:
+    out: Ops = []
+    for item in text.split():
+        k, v = item.split(":")
+        out.append((bytes.fromhex(k), None if v == "-" else bytes.fromhex(v)))
+    return out
+
+
+def kill_writer(path: Path, seed: int, mode: str) -> tuple[list[Ops], dict[str, Ops]]:
+    """Run a writer for a random 0.15-0.8 s, SIGKILL it; return what it acknowledged (in
+    order) and, per writer task, the operation it had in flight."""
+    r, w = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITERS[mode], str(path), str(seed), str(w)],
+        pass_fds=(w,),
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    os.close(w)
+    low = 0.15 if mode == "threads" else 0.3
+    time.sleep(random.Random(seed).uniform(low, low + 0.5))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with os.fdopen(r, "rb") as f:
+        lines = f.read().decode().split("\n")[:-1]  # a torn last line was never complete
+    acked: list[Ops] = []
+    pending: dict[str, Ops] = {}
+    for ln in lines:
+        kind, task, rest = ln.split(" ", 2)
+        if kind == "I":
+            pending[task] = _parse(rest)
+        elif kind == "A":
+            acked.append(_parse(rest))
+            pending.pop(task, None)
+    return acked, pending
+
+
+def check(path: Path, model: Model, pending: dict[str, Ops], rnd: Round) -> Model:
+    """Reopen and check the store against `model` (acknowledged writes); returns the model
+    including the in-flight operations that landed."""
+    with kv_open(path) as db:
+        for task, ops in pending.items():
+            keys = [k for k, _ in ops]
+            after = dict(model)
+            after.update(ops)
+            landed = all(db.get(k) == after[k] for k in keys)
+            missed = all(db.get(k) == model.get(k) for k in keys)
+            if not (landed or missed):
+                raise CrashCheckFailed(
+                    f"round {rnd.seed}: writer {task}'s in-flight operation is half applied: "
+                    f"{ops!r}"
+                )
+            if landed:
+                model = after
+                rnd.landed += 1
+        for k, v in model.items():
+            got = db.get(k)
+            if got != v:
+                raise CrashCheckFailed(
+                    f"round {rnd.seed}: {k!r} reads {got!r}, but {v!r} was acknowledged"
+                )
+        n, problems = db.check()
+        if problems:
+            raise CrashCheckFailed(f"round {rnd.seed}: damaged records served: {problems}")
+        live = sum(v is not None for v in model.values())
+        if n != live:
+            raise CrashCheckFailed(f"round {rnd.seed}: {n} live keys, expected {live}")
+        rnd.checked_keys = len(model)
+    return model
+
+
+def run_rounds(
+    path: Path,
+    rounds: int,
+    mode: str = "threads",
+    on_round: Callable[[Round], None] | None = None,
+) -> list[Round]:
+    """Kill and check `rounds` times on one store (each round builds on the last).
+    Raises CrashCheckFailed at the first broken promise."""
+    if mode not in WRITERS:
+        raise ValueError(f"mode={mode!r}: use one of {sorted(WRITERS)}")
+    model: Model = {}
+    done: list[Round] = []
+    for seed in range(rounds):
+        t = time.perf_counter()
+        rnd = Round(seed)
+        acked, pending = kill_writer(path, seed, mode)
+        for ops in acked:
+            model.update(ops)
+        rnd.acked = len(acked)
+        rnd.in_flight = len(pending)
+        if not acked:
+            rnd.notes.append("the writer acknowledged nothing before the kill")
+        model = check(path, model, pending, rnd)
+        rnd.seconds = time.perf_counter() - t
+        done.append(rnd)
+        if on_round is not None:
+            on_round(rnd)
+    return done
