@@ -549,7 +549,8 @@ impl Ring {
             .reap(&mut out, usize::MAX)
             .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
         for d in out {
-            if !d.more() && !futures.is_empty() {
+            // (a provided-buffer completion needs its buffer accounted: the slow path)
+            if !d.more() && d.io.buf_group.is_none() && !futures.is_empty() {
                 if let Some(fut) = futures.get_item(d.user_data)? {
                     futures.del_item(d.user_data)?;
                     if !fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {

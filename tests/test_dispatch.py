@@ -1,0 +1,73 @@
+"""Ring.dispatch: completions resolve their futures in native code (the event-loop hot
+path), the rest come back as Completion objects; errors keep their explanation."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from pathlib import Path
+
+from uringkit import Completion, Ring
+
+
+def test_dispatch_resolves_futures_and_returns_the_rest(tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(4096)
+    p.write_bytes(data)
+    fd = os.open(p, os.O_RDONLY)
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        with Ring(64) as ring:
+            bufs = {ud: bytearray(100) for ud in range(1, 11)}
+            futs: dict[int, asyncio.Future[object]] = {}
+            for ud, b in bufs.items():
+                ring.read(fd, b, (ud - 1) * 100, user_data=ud)
+                futs[ud] = loop.create_future()
+            ring.read(987654, bytearray(10), 0, user_data=50)  # EBADF
+            futs[50] = loop.create_future()
+            futs[3].cancel()  # its task went away: skipped, not an error
+            ring.nop(user_data=99)  # not in the dict: returned as a Completion
+            all_futs = dict(futs)
+            ring.submit()
+            rest: list[Completion] = []
+            deadline = time.monotonic() + 5
+            while (futs or not rest) and time.monotonic() < deadline:
+                rest += ring.dispatch(futs)
+            assert futs == {} and [c.user_data for c in rest] == [99]
+            for ud, b in bufs.items():
+                if ud != 3:
+                    assert all_futs[ud].result() == 100
+                    assert b == data[(ud - 1) * 100 : ud * 100]
+            failed = all_futs[50].result()
+            assert isinstance(failed, Completion) and failed.res == -errno.EBADF
+            assert all_futs[3].cancelled()
+
+    asyncio.run(go())
+    os.close(fd)
+
+
+def test_dispatch_values(tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 300)
+    fd = os.open(p, os.O_RDONLY)
+
+    async def go() -> tuple[object, object]:
+        loop = asyncio.get_running_loop()
+        with Ring(8) as ring:
+            ok: asyncio.Future[object] = loop.create_future()
+            bad: asyncio.Future[object] = loop.create_future()
+            ring.read(fd, bytearray(200), 200, user_data=1)  # 100 bytes before EOF
+            ring.read(987654, bytearray(10), 0, user_data=2)
+            ring.submit()
+            futs = {1: ok, 2: bad}
+            while futs:
+                ring.dispatch(futs)
+            return ok.result(), bad.result()
+
+    short, failed = asyncio.run(go())
+    os.close(fd)
+    assert short == 100  # plain reads resolve to the int result
+    assert isinstance(failed, Completion) and failed.res == -errno.EBADF
