@@ -88,7 +88,7 @@ impl KvStore {
 impl KvStore {
     #[new]
     #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
-        repair=false, segment_size=256<<20, io_uring=true, direct=false))]
+        repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -101,6 +101,7 @@ impl KvStore {
         segment_size: u64,
         io_uring: bool,
         direct: bool,
+        index_snapshot: bool,
     ) -> PyResult<Self> {
         let durability = match durability {
             "sync" => Durability::Sync,
@@ -127,6 +128,7 @@ impl KvStore {
             segment_size,
             use_uring: io_uring,
             direct,
+            index_snapshot,
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_flusher(&store);

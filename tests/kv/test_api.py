@@ -343,3 +343,18 @@ def test_many_threads_buffered_puts(tmp_path: Path, durability: str) -> None:
         assert len(db) == 32 * 500
         assert db.get(b"t31-499") == b"v" * 199 and db.get(b"t5-100") is None
         assert db.get(b"b5-100") == b"x"
+
+
+def test_index_snapshot_can_be_turned_off(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    with kv.open(p) as db:
+        db.put(b"a", b"1")
+    assert (p / "INDEX").exists()
+    with kv.open(p, index_snapshot=False) as db:
+        assert not db.recovery["from_snapshot"]  # rebuilt from the segments
+        db.put(b"b", b"2")
+    assert not (p / "INDEX").exists()  # a stale one is not left behind
+    with kv.open(p) as db:
+        assert not db.recovery["from_snapshot"] and db.get(b"b") == b"2"
+    with kv.open(p) as db:
+        assert db.recovery["from_snapshot"] and len(db) == 2

@@ -170,6 +170,7 @@ def open(  # noqa: A001
     segment_size: int = 256 << 20,
     io_uring: bool = True,
     direct: bool = False,
+    index_snapshot: bool = True,
 ) -> DB:
     """Open (or create) the store in directory `path`.
 
@@ -183,6 +184,11 @@ def open(  # noqa: A001
     segments written that way use pread instead of a mapping. A filesystem without
     O_DIRECT support raises OSError saying so. `io_uring=False` appends with plain
     pwrite/fdatasync instead of the ring.
+
+    Closing writes the whole index to `INDEX` (about 72 MB and ~0.15 s per million
+    16-byte keys) so that the next open reads it back instead of rebuilding it (~60 ms
+    instead of ~0.3 s per million keys); `index_snapshot=False` skips both (and removes
+    an old snapshot at close).
     """
     p = os.fspath(path)
     store = KvStore(
@@ -195,6 +201,7 @@ def open(  # noqa: A001
         segment_size=segment_size,
         io_uring=io_uring,
         direct=direct,
+        index_snapshot=index_snapshot,
     )
     return DB(store, p)
 

@@ -35,6 +35,8 @@ pub struct Options {
     pub use_uring: bool,
     /// Append with O_DIRECT (whole 4 KiB blocks, bypassing the page cache).
     pub direct: bool,
+    /// Write the index to `INDEX` when closing (and use it when opening).
+    pub index_snapshot: bool,
 }
 
 impl Default for Options {
@@ -46,6 +48,7 @@ impl Default for Options {
             segment_size: 256 << 20,
             use_uring: true,
             direct: false,
+            index_snapshot: true,
         }
     }
 }
@@ -413,7 +416,7 @@ impl Store {
             sizes.insert(id, fs::metadata(dir.join(seg_name(id)))?.len());
         }
         // repair rescans everything: the snapshot may point at the damage
-        let snap = match opts.repair {
+        let snap = match opts.repair || !opts.index_snapshot {
             true => None,
             false => snapshot::load(dir)?.filter(|s| Self::snapshot_fits(s, &sizes)),
         };
@@ -1962,9 +1965,12 @@ impl Drop for Store {
                 a.seal(end);
             }
             c.appender = None;
-            if flushed {
+            if flushed && self.opts.index_snapshot {
                 // best effort: without a snapshot the next open rebuilds the index
                 let _ = self.write_snapshot(end);
+            } else if !self.opts.index_snapshot {
+                // an older snapshot would go stale as the store changes: drop it
+                let _ = snapshot::remove(&self.dir);
             }
         }
         // SAFETY: lock_fd is ours; closing releases the flock.
