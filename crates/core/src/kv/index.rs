@@ -44,6 +44,11 @@ pub struct Entry {
 const _: () = assert!(std::mem::size_of::<Entry>() == 24);
 
 impl Entry {
+    /// `n` zeroed entries (in memory hinted for huge pages).
+    pub fn zeroed(n: usize) -> Vec<Entry> {
+        super::table::filled_vec(n, Entry::default())
+    }
+
     fn new(at: usize, loc: Loc) -> Entry {
         let mut e = Entry {
             key_at4: (at / 4) as u32,

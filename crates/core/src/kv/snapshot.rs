@@ -5,10 +5,13 @@
 //! Layout (little-endian, one CRC32C over everything before it):
 //! ```text
 //! "XVX1" u32 version  u64 seed  u64 check  u64 seq  u32 active  u32 nsegs
-//! u64 active_off  u64 ctrl_len  u64 slots_len  u64 arena_len  u64 dead_keys
+//! u64 active_off  u64 ctrl_len  u64 entries_len  u64 arena_len  u64 dead_keys
 //! nsegs × (u32 id, u32 0, u64 size, u64 dead)
-//! ctrl bytes, slot bytes (24 per slot), key arena, u32 crc32c
+//! ctrl bytes, the full slots' entries (24 bytes each, in slot order), key arena,
+//! u32 crc32c
 //! ```
+//! Only occupied slots are stored (the table is 44–88 % empty): reading the file back
+//! scatters them to the slots the control bytes mark full.
 //! A snapshot is trusted only if its CRC holds, its hash function matches this build's,
 //! every segment it lists still exists with the size it recorded (the active one may
 //! have grown), and every other segment is newer than its active one. Anything else and
@@ -21,7 +24,9 @@ use std::path::Path;
 
 pub const FILE: &str = "INDEX";
 const MAGIC: &[u8; 4] = b"XVX1";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// Control bytes beyond the buckets (the table's mirrored first group).
+const GROUP: usize = 8;
 const FIXED: usize = 4 + 4 + 8 * 3 + 4 + 4 + 8 * 5;
 
 /// A segment as the snapshot saw it.
@@ -51,6 +56,13 @@ pub fn write(
     segs: &[(u32, SnapSeg)],
 ) -> io::Result<()> {
     let p = index.to_parts();
+    // the occupied slots only, in slot order
+    let mut entries = Vec::with_capacity(p.slots.len() / 2);
+    for (i, &c) in p.ctrl[..p.ctrl.len() - GROUP].iter().enumerate() {
+        if c < 0x80 {
+            entries.extend_from_slice(&p.slots[i * 24..i * 24 + 24]);
+        }
+    }
     let mut head = Vec::with_capacity(FIXED + segs.len() * 24);
     head.extend_from_slice(MAGIC);
     head.extend_from_slice(&VERSION.to_le_bytes());
@@ -62,7 +74,7 @@ pub fn write(
     for v in [
         active_off,
         p.ctrl.len() as u64,
-        p.slots.len() as u64,
+        entries.len() as u64,
         p.arena.len() as u64,
         p.dead,
     ] {
@@ -77,7 +89,7 @@ pub fn write(
     let mut crc = 0;
     let tmp = dir.join(format!("{FILE}.tmp"));
     let mut f = fs::File::create(&tmp)?;
-    for part in [&head[..], p.ctrl, p.slots, p.arena] {
+    for part in [&head[..], p.ctrl, &entries, p.arena] {
         crc = crc32c::crc32c_append(crc, part);
         f.write_all(part)?;
     }
@@ -109,6 +121,7 @@ fn read_vec<T: Copy>(f: &fs::File, off: u64, count: usize) -> io::Result<Vec<T>>
     let bytes = count * std::mem::size_of::<T>();
     let mut v: Vec<T> = Vec::with_capacity(count);
     let base = v.as_mut_ptr().cast::<u8>();
+    super::table::hugepage_hint(base, bytes);
     let mut done = 0usize;
     while done < bytes {
         // SAFETY: `base + done .. base + bytes` lies inside the vector's allocation; the
@@ -167,7 +180,7 @@ fn read(f: &fs::File) -> io::Result<Option<Snapshot>> {
     let active = u32_at(&fixed, 32);
     let nsegs = u32_at(&fixed, 36) as usize;
     let active_off = u64_at(&fixed, 40);
-    let (ctrl_len, slots_len, arena_len, dead) = (
+    let (ctrl_len, entries_len, arena_len, dead) = (
         u64_at(&fixed, 48),
         u64_at(&fixed, 56),
         u64_at(&fixed, 64),
@@ -176,22 +189,24 @@ fn read(f: &fs::File) -> io::Result<Option<Snapshot>> {
     let head_len = FIXED as u64 + nsegs as u64 * 24;
     if head_len
         .checked_add(ctrl_len)
-        .and_then(|x| x.checked_add(slots_len))
+        .and_then(|x| x.checked_add(entries_len))
         .and_then(|x| x.checked_add(arena_len))
         .and_then(|x| x.checked_add(4))
         != Some(total)
-        || slots_len % 24 != 0
+        || entries_len % 24 != 0
+        || ctrl_len <= GROUP as u64
+        || !(ctrl_len - GROUP as u64).is_power_of_two()
         || Index::check_for(seed) != check
     {
         return Ok(None);
     }
     let segtab: Vec<u8> = read_vec(f, FIXED as u64, nsegs * 24)?;
     let ctrl: Vec<u8> = read_vec(f, head_len, ctrl_len as usize)?;
-    let slots: Vec<Entry> = read_vec(f, head_len + ctrl_len, slots_len as usize / 24)?;
-    let arena: Vec<u8> = read_vec(f, head_len + ctrl_len + slots_len, arena_len as usize)?;
+    let entries: Vec<Entry> = read_vec(f, head_len + ctrl_len, entries_len as usize / 24)?;
+    let arena: Vec<u8> = read_vec(f, head_len + ctrl_len + entries_len, arena_len as usize)?;
     let stored: Vec<u8> = read_vec(f, total - 4, 4)?;
     let mut crc = 0;
-    for part in [&fixed[..], &segtab, &ctrl, as_bytes(&slots), &arena] {
+    for part in [&fixed[..], &segtab, &ctrl, as_bytes(&entries), &arena] {
         crc = crc32c::crc32c_append(crc, part);
     }
     if crc != u32_at(&stored, 0) {
@@ -209,6 +224,22 @@ fn read(f: &fs::File) -> io::Result<Option<Snapshot>> {
             )
         })
         .collect();
+    // scatter the entries to the slots their control bytes mark full
+    let buckets = ctrl.len() - GROUP;
+    let mut slots = Entry::zeroed(buckets);
+    let mut next = entries.iter();
+    for (i, &c) in ctrl[..buckets].iter().enumerate() {
+        if c < 0x80 {
+            let Some(e) = next.next() else {
+                return Ok(None); // fewer entries than full slots
+            };
+            slots[i] = *e;
+        }
+    }
+    if next.next().is_some() {
+        return Ok(None);
+    }
+    drop(entries);
     let Some(index) = Index::from_parts(seed, check, ctrl, slots, arena, dead) else {
         return Ok(None);
     };

@@ -287,7 +287,9 @@ struct ReadMap {
 }
 
 impl ReadMap {
-    fn new(fd: i32, len: usize) -> io::Result<ReadMap> {
+    /// Map `len` bytes of `fd`. `from`: only bytes from there on will be read — the
+    /// mapping is populated (read ahead in one go) from that page on, not before it.
+    fn new(fd: i32, len: usize, from: usize) -> io::Result<ReadMap> {
         if len == 0 {
             return Ok(ReadMap {
                 ptr: std::ptr::null(),
@@ -300,13 +302,31 @@ impl ReadMap {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                if from == 0 {
+                    libc::MAP_PRIVATE | libc::MAP_POPULATE
+                } else {
+                    libc::MAP_PRIVATE
+                },
                 fd,
                 0,
             )
         };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
+        }
+        if from > 0 {
+            let start = from / 4096 * 4096;
+            if start < len {
+                // SAFETY: [start, len) lies inside the mapping just made; WILLNEED only
+                // starts read-ahead.
+                unsafe {
+                    libc::madvise(
+                        p.cast::<u8>().add(start).cast(),
+                        len - start,
+                        libc::MADV_WILLNEED,
+                    )
+                };
+            }
         }
         Ok(ReadMap {
             ptr: p as *const u8,
@@ -607,7 +627,8 @@ impl Store {
         unsafe { libc::fstat(fd, &mut st) };
         let size = st.st_size as u64;
         // Parse the segment in place through a read-only mapping (no copy of the file).
-        let map = ReadMap::new(fd, size as usize)?;
+        // (from > 0: only the tail after the index snapshot is read, not the whole file)
+        let map = ReadMap::new(fd, size as usize, from as usize)?;
         let data: &[u8] = map.bytes();
         let mut off = from as usize;
         let mut max_seq = 0u64;
@@ -721,7 +742,7 @@ impl Store {
         if newest && (end as u64) < size {
             // A zero-filled tail is the appender's pre-fill (a crash before it was cut off),
             // not a torn write: only non-zero bytes beyond the last record count as torn.
-            let map2 = ReadMap::new(fd, size as usize)?;
+            let map2 = ReadMap::new(fd, size as usize, end.max(1))?;
             let tail = &map2.bytes()[end..];
             let garbage = tail
                 .iter()

@@ -34,6 +34,31 @@ pub fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// Ask for transparent huge pages (2 MiB) under a large allocation before it is first
+/// written: one page fault per 2 MiB instead of per 4 KiB, and far fewer TLB misses for
+/// the random accesses a hash table makes. A hint; ignored where THP is off.
+pub fn hugepage_hint(ptr: *const u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    if len < 2 * HUGE {
+        return;
+    }
+    let start = (ptr as usize).div_ceil(HUGE) * HUGE;
+    let end = (ptr as usize + len) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: [start, end) lies inside the caller's allocation; MADV_HUGEPAGE only
+        // changes how the kernel backs it, never its contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
+/// `n` copies of `fill` in memory hinted for huge pages before it is written.
+pub fn filled_vec<T: Copy>(n: usize, fill: T) -> Vec<T> {
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    hugepage_hint(v.as_ptr().cast(), n * std::mem::size_of::<T>());
+    v.resize(n, fill);
+    v
+}
+
 fn h2(hash: u64) -> u8 {
     (hash >> 57) as u8
 }
@@ -71,8 +96,8 @@ impl<T: Copy + Default> Table<T> {
     fn with_buckets(buckets: usize) -> Self {
         debug_assert!(buckets.is_power_of_two() && buckets >= GROUP);
         Table {
-            ctrl: vec![EMPTY; buckets + GROUP],
-            slots: vec![T::default(); buckets],
+            ctrl: filled_vec(buckets + GROUP, EMPTY),
+            slots: filled_vec(buckets, T::default()),
             mask: buckets - 1,
             items: 0,
             growth_left: capacity(buckets),
