@@ -337,7 +337,7 @@ class AsyncFile(_Lines[bytes]):
                 got = await b.read_direct(self._fd, buf, n, offset)
         except OSError as e:
             raise _explain_direct(e, n, offset) from None
-        data = bytes(memoryview(buf)[:got])
+        data = bytes(buf) if got == len(buf) else bytes(memoryview(buf)[:got])
         if len(pool) < 256:
             pool.append(buf)
         return data
