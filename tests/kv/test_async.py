@@ -143,3 +143,34 @@ def test_direct_store_groups_async_writes(tmp_path: Path, run: Run) -> None:
     run(go)
     with kv.open(tmp_path / "db") as db:
         assert len(db) == 16 * 30
+
+
+def test_loop_closing_mid_group_commit_releases_the_store(tmp_path: Path) -> None:
+    """asyncio.run cancels the flusher while its write is in flight: the group fails,
+    and the store keeps working for threads (no writer role left dangling)."""
+    from uringkit.kv import AsyncDB
+
+    db = kv.open(tmp_path / "db")
+
+    async def main() -> None:
+        adb = AsyncDB(db, "sync")
+        for i in range(50):
+            asyncio.ensure_future(adb.put(b"k%d" % i, b"v"))
+        await asyncio.sleep(0)  # the flusher took the group; its write is queued
+        # returning now: asyncio.run cancels the pending tasks, the loop closes its ring
+
+    asyncio.run(main())
+    done = threading.Event()
+
+    def after() -> None:
+        db.put(b"after", b"ok")
+        done.set()
+
+    t = threading.Thread(target=after, daemon=True)
+    t.start()
+    t.join(10)
+    assert done.is_set(), "a write after the loop closed hung"
+    assert db.get(b"after") == b"ok"
+    db.close()
+    with kv.open(tmp_path / "db") as db2:
+        assert db2.get(b"after") == b"ok"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import os
 import warnings
 from collections.abc import Iterator
@@ -279,7 +280,13 @@ class AsyncDB:
                     await self._run(s.wait_ticket, last)
                 else:
                     fd, off, data, _last = lead
-                    wrote, synced = await self._ring.write_datasync(fd, data, off)
+                    try:
+                        wrote, synced = await self._ring.write_datasync(fd, data, off)
+                    except BaseException:
+                        # (the loop is closing: cancelled) the group failed — release the
+                        # store's writer role, or every later write would wait forever
+                        s.finish_async(-errno.ECANCELED, -errno.ECANCELED)
+                        raise
                     s.finish_async(wrote, synced)
             except BaseException as e:  # noqa: BLE001 - delivered to every waiter
                 err = e
