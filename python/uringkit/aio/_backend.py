@@ -356,6 +356,9 @@ class RingBackend:
             raise RuntimeError("the event loop's ring is closed")
         ud = self.next_ud
         self.next_ud = ud + 2
+        if self.ring.sq_space_left < 2:
+            # a full SQ would submit the write alone, cutting its link to the fdatasync
+            self.ring.submit()
         self.ring.write(fd, data, offset, user_data=ud, link=True)
         self.ring.fsync(fd, datasync=True, user_data=ud + 1)
         w: asyncio.Future[Completion] = self.loop.create_future()
