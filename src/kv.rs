@@ -163,6 +163,12 @@ impl KvStore {
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let s = self.store()?;
         let k = bytes_arg(key, "key")?;
+        if k.is_empty() || k.len() > uringkit_core::kv::record::MAX_KEY {
+            return Err(PyValueError::new_err(format!(
+                "key must be 1 byte to 64 KiB (got {} bytes)",
+                k.len()
+            )));
+        }
         let v = s.get(k).map_err(kv_err)?;
         Ok(v.map(|v| PyBytes::new(py, &v)))
     }

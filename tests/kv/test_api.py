@@ -53,6 +53,16 @@ def test_bad_input(tmp_path: Path) -> None:
             db.put(b"k" * (64 * 1024 + 1), b"v")
         with pytest.raises(ValueError, match="1 byte"):
             db.put(b"", b"v")
+        with pytest.raises(ValueError, match="64 MiB"):
+            db.put(b"k", b"v" * (64 * 1024 * 1024 + 1))
+        for op in (db.get, db.delete):
+            with pytest.raises(TypeError, match="key must be bytes"):
+                op("text")  # type: ignore[operator]
+            with pytest.raises(ValueError, match="1 byte to 64 KiB"):
+                op(b"")
+            with pytest.raises(ValueError, match="64 KiB"):
+                op(b"k" * (64 * 1024 + 1))
+        assert len(db) == 0  # nothing half-written by the failures
     with pytest.raises(ValueError, match="durability"):
         kv.open(tmp_path / "db2", durability="maybe")
     with pytest.raises(FileNotFoundError):
