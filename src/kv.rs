@@ -68,6 +68,18 @@ fn op_refs<'a>(held: &'a HeldOps<'_>) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
         .collect()
 }
 
+/// A key for a lookup: bytes of 1 byte to 64 KiB (the same errors as writes give).
+fn key_arg<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    let k = bytes_arg(obj, "key")?;
+    if k.is_empty() || k.len() > uringkit_core::kv::record::MAX_KEY {
+        return Err(PyValueError::new_err(format!(
+            "key must be 1 byte to 64 KiB (got {} bytes)",
+            k.len()
+        )));
+    }
+    Ok(k)
+}
+
 /// The native store. Use `uringkit.kv.open()`.
 #[pyclass(module = "uringkit._native", frozen)]
 pub struct KvStore {
@@ -162,13 +174,7 @@ impl KvStore {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let s = self.store()?;
-        let k = bytes_arg(key, "key")?;
-        if k.is_empty() || k.len() > uringkit_core::kv::record::MAX_KEY {
-            return Err(PyValueError::new_err(format!(
-                "key must be 1 byte to 64 KiB (got {} bytes)",
-                k.len()
-            )));
-        }
+        let k = key_arg(key)?;
         let v = s.get(k).map_err(kv_err)?;
         Ok(v.map(|v| PyBytes::new(py, &v)))
     }
@@ -189,10 +195,9 @@ impl KvStore {
         let s = self.store()?;
         let mut held: Vec<Bound<'py, PyBytes>> = Vec::new();
         for k in keys.try_iter()? {
-            held.push(
-                k?.cast_into::<PyBytes>()
-                    .map_err(|_| PyTypeError::new_err("keys must be bytes"))?,
-            );
+            let k = k?;
+            key_arg(&k)?;
+            held.push(k.cast_into::<PyBytes>().map_err(PyErr::from)?);
         }
         let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
         let vals = py.detach(|| s.multi_get(&refs)).map_err(kv_err)?;

@@ -62,6 +62,10 @@ def test_bad_input(tmp_path: Path) -> None:
                 op(b"")
             with pytest.raises(ValueError, match="64 KiB"):
                 op(b"k" * (64 * 1024 + 1))
+        with pytest.raises(TypeError, match="key must be bytes"):
+            db.multi_get([b"a", "b"])  # type: ignore[list-item]
+        with pytest.raises(ValueError, match="1 byte to 64 KiB"):
+            db.multi_get([b"a", b""])
         assert len(db) == 0  # nothing half-written by the failures
     with pytest.raises(ValueError, match="durability"):
         kv.open(tmp_path / "db2", durability="maybe")

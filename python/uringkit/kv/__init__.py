@@ -105,9 +105,7 @@ class DB:
         return self._s.delete(key)
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
-        for k in keys:
-            _check(k, None)
-        return self._s.multi_get(list(keys))
+        return self._s.multi_get(keys)  # keys checked natively
 
     def batch(self) -> Batch:
         return Batch(self)
