@@ -54,6 +54,8 @@ impl Direct {
 pub struct Appender {
     ring: Option<(IoUring, AlignedBuf)>,
     direct: Option<Direct>,
+    /// O_DIRECT: the active segment, whose in-memory mirror gets a copy of every append
+    mirror: Option<std::sync::Arc<super::store::Segment>>,
     fd: i32,
     pub uring: bool,
     pub syscalls: u64,
@@ -97,6 +99,7 @@ impl Appender {
             uring: ring.is_some(),
             ring,
             direct,
+            mirror: None,
             fd,
             syscalls: 0,
             filled: size,
@@ -106,6 +109,11 @@ impl Appender {
 
     pub fn is_direct(&self) -> bool {
         self.direct.is_some()
+    }
+
+    /// The segment whose mirror receives a copy of each append (O_DIRECT stores).
+    pub fn set_mirror(&mut self, seg: Option<std::sync::Arc<super::store::Segment>>) {
+        self.mirror = seg;
     }
 
     /// Zero-fill the file up to past `end` (one fdatasync per 4 MiB). If the disk cannot
@@ -365,6 +373,9 @@ impl Appender {
                 ));
             }
             pos += n;
+        }
+        if let Some(m) = &self.mirror {
+            m.mirror_write(off, data);
         }
         // keep the new partial block for the next append
         let end = off + data.len() as u64;

@@ -77,6 +77,11 @@ pub struct Segment {
     /// always written (flushed) before they are indexed as readable.
     map: *const u8,
     map_len: usize,
+    /// File offset of the mapping's first byte: 0 for a file mapping; for the in-memory
+    /// mirror of an O_DIRECT store's active segment, where the mirror starts.
+    map_base: usize,
+    /// The mapping is that anonymous mirror (written by the appender).
+    mirror: bool,
     /// Every record in it was CRC-checked by this process (scanned at open) or written by
     /// it: reads then check only that the record holds the key. Segments known only from
     /// the index snapshot or a hint file have each record's CRC checked when read.
@@ -120,8 +125,71 @@ impl Segment {
             dead: AtomicU64::new(dead),
             map,
             map_len: if map.is_null() { 0 } else { len },
+            map_base: 0,
+            mirror: false,
             verified: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// The active segment of an O_DIRECT store: direct writes bypass the page cache, so
+    /// the appender also copies everything it appends from `size` on into an anonymous
+    /// in-memory mirror, and reads of fresh records come from there — neither the disk
+    /// nor a stale page. Records before `size` (written before this open) are read with
+    /// pread. No mirror (mmap failed): everything is read with pread.
+    fn mirrored(fd: i32, size: u64, dead: u64, reserve: u64) -> Arc<Segment> {
+        let base = size as usize;
+        let len = (reserve as usize).saturating_sub(base);
+        let map = if len == 0 {
+            std::ptr::null()
+        } else {
+            // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED. Pages are
+            // only backed when the appender writes them (MAP_NORESERVE).
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                std::ptr::null()
+            } else {
+                p as *const u8
+            }
+        };
+        Arc::new(Segment {
+            fd,
+            size: AtomicU64::new(size),
+            dead: AtomicU64::new(dead),
+            map,
+            map_len: if map.is_null() { 0 } else { len },
+            map_base: base,
+            mirror: !map.is_null(),
+            verified: std::sync::atomic::AtomicBool::new(true),
+        })
+    }
+
+    /// Copy appended bytes (at file offset `off`) into the mirror, if this segment has one
+    /// covering them.
+    pub(crate) fn mirror_write(&self, off: u64, data: &[u8]) {
+        if !self.mirror {
+            return;
+        }
+        let Some(rel) = (off as usize).checked_sub(self.map_base) else {
+            return;
+        };
+        if rel + data.len() > self.map_len {
+            return; // beyond the reserve: those records are read with pread
+        }
+        // SAFETY: [rel, rel+len) lies inside our writable anonymous mapping; readers only
+        // read records already indexed, which lie before `off` (appends go past every
+        // published record), so no reader looks at these bytes while they are written.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), (self.map as *mut u8).add(rel), data.len())
+        };
     }
 
     /// Whether [off, off+len) is in the page cache (mincore on the mapping).
@@ -129,7 +197,7 @@ impl Segment {
         let Some(_) = self.mapped(off, len) else {
             return false;
         };
-        if len == 0 {
+        if len == 0 || self.mirror {
             return true;
         }
         let page = 4096usize;
@@ -154,13 +222,14 @@ impl Segment {
 
     /// The bytes at [off, off+len) from the mapping, if mapped there.
     fn mapped(&self, off: u64, len: usize) -> Option<&[u8]> {
-        let end = (off as usize).checked_add(len)?;
+        let rel = (off as usize).checked_sub(self.map_base)?;
+        let end = rel.checked_add(len)?;
         if self.map.is_null() || end > self.map_len {
             return None;
         }
-        // SAFETY: [off, end) lies inside the mapping, and inside the written part of the
-        // file (the caller reads only indexed records), so no SIGBUS.
-        Some(unsafe { std::slice::from_raw_parts(self.map.add(off as usize), len) })
+        // SAFETY: [rel, end) lies inside the mapping, and inside the written part of the
+        // file (or of the mirror: the caller reads only indexed records), so no SIGBUS.
+        Some(unsafe { std::slice::from_raw_parts(self.map.add(rel), len) })
     }
 }
 
@@ -494,13 +563,12 @@ impl Store {
         let mut segs: BTreeMap<u32, Arc<Segment>> = raw
             .into_iter()
             .map(|(id, fd, size, scanned)| {
-                let reserve = match Some(id) == newest {
-                    true if opts.direct => None,
-                    true => Some(opts.segment_size),
-                    false => Some(0),
-                };
                 let d = dead.get(&id).copied().unwrap_or(0).min(size);
-                let seg = Segment::new(fd, size, d, reserve);
+                let seg = match Some(id) == newest {
+                    true if opts.direct => Segment::mirrored(fd, size, d, opts.segment_size),
+                    true => Segment::new(fd, size, d, Some(opts.segment_size)),
+                    false => Segment::new(fd, size, d, Some(0)),
+                };
                 seg.verified.store(scanned, Ordering::Relaxed);
                 (id, seg)
             })
@@ -517,8 +585,12 @@ impl Store {
                         return Err(e);
                     }
                 };
-                let reserve = (!opts.direct).then_some(opts.segment_size);
-                segs.insert(id, Segment::new(fd, 0, 0, reserve));
+                let seg = if opts.direct {
+                    Segment::mirrored(fd, 0, 0, opts.segment_size)
+                } else {
+                    Segment::new(fd, 0, 0, Some(opts.segment_size))
+                };
+                segs.insert(id, seg);
                 fsync_dir(dir)?;
                 id
             }
@@ -538,6 +610,10 @@ impl Store {
                 return Err(e);
             }
         };
+        let mut appender = appender;
+        if opts.direct {
+            appender.set_mirror(Some(act.clone()));
+        }
         rec.elapsed = t0.elapsed();
         let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
         let act_size = act.size.load(Ordering::Relaxed);
@@ -1468,17 +1544,34 @@ impl Store {
             &self.dir.join(seg_name(id)),
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
         )?;
-        let seg = Segment::new(
-            fd,
-            0,
-            0,
-            (!self.opts.direct).then_some(self.opts.segment_size),
-        );
+        let seg = if self.opts.direct {
+            // The sealed segment's mirror goes (when its last reader lets go): from now
+            // on it is read through a plain file mapping — nothing writes it any more.
+            let old_id = st.active;
+            if let Some(old) = st.segs.get(&old_id).cloned() {
+                if old.mirror {
+                    // SAFETY: dup of an fd we own; the copy is owned by the new Segment.
+                    let fd2 = unsafe { libc::fcntl(old.fd, libc::F_DUPFD_CLOEXEC, 0) };
+                    if fd2 >= 0 {
+                        let size = old.size.load(Ordering::Relaxed);
+                        let dead = old.dead.load(Ordering::Relaxed);
+                        let sealed = Segment::new(fd2, size, dead, Some(0));
+                        let v = old.verified.load(Ordering::Relaxed);
+                        sealed.verified.store(v, Ordering::Relaxed);
+                        st.segs.insert(old_id, sealed);
+                    }
+                }
+            }
+            Segment::mirrored(fd, 0, 0, self.opts.segment_size)
+        } else {
+            Segment::new(fd, 0, 0, Some(self.opts.segment_size))
+        };
         st.segs.insert(id, seg.clone());
         st.active = id;
         drop(st);
         fsync_dir(&self.dir)?;
         app.set_fd(fd)?;
+        app.set_mirror(Some(seg.clone()));
         Ok((id, seg))
     }
 
