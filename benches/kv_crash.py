@@ -1,6 +1,6 @@
 """xkv's SIGKILL crash harness for as many rounds as asked (CI runs 30 in the test suite).
 
-    python benches/kv_crash.py --rounds 200 [--mode threads|async] [--dir .] [--json]
+    python benches/kv_crash.py --rounds 200 [--mode threads|async] [--direct] [--dir .] [--json]
 
 Each round runs a writer process (durability="sync", intent/ack log), SIGKILLs it at a
 random moment (some during compaction), reopens the store and checks every acknowledged
@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--mode", choices=["threads", "async"], default="threads")
     ap.add_argument("--dir", default=".")
+    ap.add_argument("--direct", action="store_true", help="the writer appends with O_DIRECT")
     ap.add_argument("--json", action="store_true", help="one JSON summary on stdout")
     a = ap.parse_args()
     t0 = time.perf_counter()
@@ -42,13 +43,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="uringkit-kv-crash-", dir=a.dir) as d:
         try:
-            rounds = run_rounds(Path(d) / "store", a.rounds, a.mode, progress)
+            rounds = run_rounds(Path(d) / "store", a.rounds, a.mode, progress, a.direct)
         except CrashCheckFailed as e:
             print(f"\nFAILED: {e}", file=sys.stderr)
             return 1
     print(file=sys.stderr)
     summary = {
         "mode": a.mode,
+        "direct": a.direct,
         "rounds": len(rounds),
         "acknowledged_ops": sum(r.acked for r in rounds),
         "in_flight_at_kill": sum(r.in_flight for r in rounds),

@@ -34,3 +34,19 @@ def test_sigkill_rounds_async_tasks(tmp_path: Path) -> None:
     rounds = run_rounds(tmp_path / "store", n, "async")
     assert all(r.acked > 0 for r in rounds)
     assert sum(r.in_flight for r in rounds) > 0  # kills really landed mid-operation
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_rounds_direct_io(tmp_path: Path) -> None:
+    """The same promises with O_DIRECT appends (block rewrites, zero-padded tails)."""
+    import os as _os
+
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"x" * 4096)
+    try:
+        _os.close(_os.open(probe, _os.O_RDONLY | _os.O_DIRECT))
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT here: {e}")
+    n = max(ROUNDS // 3, 5)
+    rounds = run_rounds(tmp_path / "store", n, "threads", direct=True)
+    assert sum(r.acked for r in rounds) > n * 10

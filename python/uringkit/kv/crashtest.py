@@ -37,6 +37,7 @@ import os, sys, random
 from uringkit import kv
 path, seed = sys.argv[1], int(sys.argv[2])
 log = os.fdopen(int(sys.argv[3]), "w", buffering=1)
+direct = sys.argv[4] == "direct"
 def line(ops):
     return " ".join(k.hex() + ":" + ("-" if v is None else v.hex()) for k, v in ops)
 """
@@ -45,7 +46,7 @@ THREAD_WRITER = (
     _LOG
     + r"""
 rng = random.Random(seed)
-db = kv.open(path, durability="sync", segment_size=64 << 10)
+db = kv.open(path, durability="sync", segment_size=64 << 10, direct=direct)
 i = 0
 while True:
     i += 1
@@ -104,7 +105,7 @@ async def task(db, t):
         log.write("A %d %s\n" % (t, line(ops)))
 
 async def main():
-    async with kv.open_async(path, segment_size=64 << 10) as db:
+    async with kv.open_async(path, segment_size=64 << 10, direct=direct) as db:
         await asyncio.gather(*(task(db, t) for t in range(8)))
 
 asyncio.run(main())
@@ -137,12 +138,15 @@ def _parse(text: str) -> Ops:
     return out
 
 
-def kill_writer(path: Path, seed: int, mode: str) -> tuple[list[Ops], dict[str, Ops]]:
+def kill_writer(
+    path: Path, seed: int, mode: str, direct: bool = False
+) -> tuple[list[Ops], dict[str, Ops]]:
     """Run a writer for a random 0.15-0.8 s, SIGKILL it; return what it acknowledged (in
     order) and, per writer task, the operation it had in flight."""
     r, w = os.pipe()
+    how = "direct" if direct else "buffered"
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITERS[mode], str(path), str(seed), str(w)],
+        [sys.executable, "-c", WRITERS[mode], str(path), str(seed), str(w), how],
         pass_fds=(w,),
         stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
@@ -205,9 +209,11 @@ def run_rounds(
     rounds: int,
     mode: str = "threads",
     on_round: Callable[[Round], None] | None = None,
+    direct: bool = False,
 ) -> list[Round]:
-    """Kill and check `rounds` times on one store (each round builds on the last).
-    Raises CrashCheckFailed at the first broken promise."""
+    """Kill and check `rounds` times on one store (each round builds on the last);
+    `direct`: the writer appends with O_DIRECT. Raises CrashCheckFailed at the first
+    broken promise."""
     if mode not in WRITERS:
         raise ValueError(f"mode={mode!r}: use one of {sorted(WRITERS)}")
     model: Model = {}
@@ -215,7 +221,7 @@ def run_rounds(
     for seed in range(rounds):
         t = time.perf_counter()
         rnd = Round(seed)
-        acked, pending = kill_writer(path, seed, mode)
+        acked, pending = kill_writer(path, seed, mode, direct)
         for ops in acked:
             model.update(ops)
         rnd.acked = len(acked)
