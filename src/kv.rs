@@ -179,6 +179,32 @@ impl KvStore {
         Ok(v.map(|v| PyBytes::new(py, &v)))
     }
 
+    /// get(key) if the record is in memory; raises BlockingIOError if reading it would
+    /// wait for the disk (read it off the event loop then).
+    fn get_cached<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let s = self.store()?;
+        let k = key_arg(key)?;
+        let v = s.get_cached(k).map_err(kv_err)?;
+        Ok(v.map(|v| PyBytes::new(py, &v)))
+    }
+
+    /// Whether every key's record is in memory (multi_get would not wait for the disk).
+    fn all_cached(&self, keys: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let s = self.store()?;
+        let mut held = Vec::new();
+        for k in keys.try_iter()? {
+            let k = k?;
+            key_arg(&k)?;
+            held.push(k.cast_into::<PyBytes>().map_err(PyErr::from)?);
+        }
+        let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
+        Ok(s.all_cached(&refs))
+    }
+
     /// Delete `key`; returns whether it existed.
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let s = self.store()?;

@@ -4,6 +4,7 @@ event loop's own ring, mixed with threads, failures delivered to every writer.""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -174,3 +175,36 @@ def test_loop_closing_mid_group_commit_releases_the_store(tmp_path: Path) -> Non
     db.close()
     with kv.open(tmp_path / "db") as db2:
         assert db2.get(b"after") == b"ok"
+
+
+def test_cold_reads_leave_the_loop(tmp_path: Path, run: Run) -> None:
+    """A record that is not in memory is read off the event loop (a page fault there
+    would stall every task); records in memory are read inline."""
+    p = tmp_path / "db"
+    with kv.open(p, durability="sync") as db:
+        for i in range(200):
+            db.put(b"k%d" % i, b"v%d" % i * 100)
+        db._s.sync()
+        for seg in p.glob("*.seg"):  # drop the store's pages from the page cache
+            fd = os.open(seg, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        cold = 0
+        for i in range(200):
+            try:
+                db._s.get_cached(b"k%d" % i)
+            except BlockingIOError:
+                cold += 1
+        assert cold > 0, "eviction did not take: the test proves nothing"
+
+        async def go() -> None:
+            adb = kv.AsyncDB(db, "sync")
+            assert await adb.get(b"k7") == b"v7" * 100
+            assert await adb.get(b"missing") is None
+            keys = [b"k%d" % i for i in range(0, 200, 7)] + [b"nope"]
+            want = [b"v%d" % i * 100 for i in range(0, 200, 7)] + [None]
+            assert await adb.multi_get(keys) == want
+            assert db._s.all_cached(keys)  # read once: in memory now
+            assert await adb.multi_get(keys) == want
+
+        run(go)

@@ -314,7 +314,13 @@ class AsyncDB:
         await fut
 
     async def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
-        return self.db.get(key, default)
+        """Inline when the record is in memory; otherwise read on a pool thread, so a
+        cold read never stalls the event loop on a page fault."""
+        try:
+            v = self.db._s.get_cached(key)
+        except BlockingIOError:
+            v = await self._run(self.db._s.get, key)
+        return default if v is None else v
 
     async def delete(self, key: bytes) -> bool:
         _check(key, None)
@@ -323,7 +329,11 @@ class AsyncDB:
         return existed
 
     async def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
-        return self.db.multi_get(keys)
+        """Inline when every record is in memory; otherwise one batch on a pool thread
+        (its cold values are read with one batch of io_uring reads there)."""
+        if self.db._s.all_cached(keys):
+            return self.db.multi_get(keys)
+        return await self._run(self.db.multi_get, keys)  # type: ignore[no-any-return]
 
     async def batch(self, ops: list[tuple[bytes, bytes | None]]) -> None:
         for k, v in ops:

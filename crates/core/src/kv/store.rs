@@ -1693,6 +1693,37 @@ impl Store {
         Self::read_value(&seg, loc, key).map(Some)
     }
 
+    /// [`Store::get`] only if it cannot wait for the disk: `Err(WouldBlock)` when the
+    /// record is not in memory (page cache or the direct mirror) — an event loop then
+    /// reads it off the loop instead of stalling every task on a page fault.
+    pub fn get_cached(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        let (loc, seg, active) = {
+            let st = self.state.read().expect("state");
+            match st.index.get(key) {
+                None => return Ok(None),
+                Some(l) => (l, st.segs[&l.seg].clone(), st.active),
+            }
+        };
+        self.ensure_flushed(loc, active, key.len())?;
+        let total = HEADER + key.len() + loc.val_len as usize;
+        if !seg.resident(loc.off, total) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Self::read_value(&seg, loc, key).map(Some)
+    }
+
+    /// Whether every present key's record is in memory (see [`Store::get_cached`]).
+    pub fn all_cached(&self, keys: &[&[u8]]) -> bool {
+        let st = self.state.read().expect("state");
+        keys.iter().all(|k| match st.index.get(k) {
+            None => true,
+            Some(l) => {
+                let total = HEADER + k.len() + l.val_len as usize;
+                st.segs[&l.seg].resident(l.off, total)
+            }
+        })
+    }
+
     /// Values for many keys (None for missing), read in one batch.
     pub fn multi_get(&self, keys: &[&[u8]]) -> io::Result<Vec<Option<Vec<u8>>>> {
         if self.opts.durability != Durability::Sync {
