@@ -46,16 +46,13 @@ fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
         let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
             .extract()
             .map_err(|_| PyTypeError::new_err("batch ops must be (key, value_or_None) pairs"))?;
-        let k = k
-            .cast_into::<PyBytes>()
-            .map_err(|_| PyTypeError::new_err("batch keys must be bytes"))?;
+        bytes_arg(&k, "key")?;
+        let k = k.cast_into::<PyBytes>().map_err(PyErr::from)?;
         let v = if v.is_none() {
             None
         } else {
-            Some(
-                v.cast_into::<PyBytes>()
-                    .map_err(|_| PyTypeError::new_err("batch values must be bytes or None"))?,
-            )
+            bytes_arg(&v, "value")?;
+            Some(v.cast_into::<PyBytes>().map_err(PyErr::from)?)
         };
         held.push((k, v));
     }
@@ -254,6 +251,16 @@ impl KvStore {
         let s = self.store()?;
         let held = extract_ops(ops)?;
         s.enqueue(&op_refs(&held), atomic).map_err(kv_err)
+    }
+
+    /// Apply ops now if that cannot block (durability none/batch, room in the write
+    /// buffer, nothing due); False (nothing done) otherwise — then write them the
+    /// blocking way, off the event loop.
+    #[pyo3(signature = (ops, atomic=false))]
+    fn write_nowait(&self, ops: &Bound<'_, PyAny>, atomic: bool) -> PyResult<bool> {
+        let s = self.store()?;
+        let held = extract_ops(ops)?;
+        s.write_nonblocking(&op_refs(&held), atomic).map_err(kv_err)
     }
 
     /// `enqueue([(key, value)])` without building the list.

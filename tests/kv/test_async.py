@@ -208,3 +208,22 @@ def test_cold_reads_leave_the_loop(tmp_path: Path, run: Run) -> None:
             assert await adb.multi_get(keys) == want
 
         run(go)
+
+
+@pytest.mark.parametrize("durability", ["none", "batch"])
+def test_buffered_async_writes_inline(tmp_path: Path, run: Run, durability: str) -> None:
+    """A buffered store's writes that cannot block happen inline (no thread hop); the
+    ones that must flush or sync go to a pool thread. All of them land."""
+
+    async def go() -> None:
+        async with kv.open_async(tmp_path / "db", durability, segment_size=128 << 10) as db:
+            await asyncio.gather(*(db.put(b"k%d" % i, b"v" * (i % 500)) for i in range(3000)))
+            await db.batch([(b"a", b"1"), (b"k0", None)])
+            assert await db.delete(b"k1") is True
+            assert len(db) == 3000 - 2 + 1
+            with pytest.raises(TypeError, match="key must be bytes"):
+                await db.put("x", b"y")  # type: ignore[arg-type]
+
+    run(go)
+    with kv.open(tmp_path / "db") as db:
+        assert len(db) == 2999 and db.get(b"k2999") == b"v" * (2999 % 500)

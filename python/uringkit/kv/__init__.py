@@ -247,7 +247,9 @@ class AsyncDB:
 
     async def _write(self, ops: list[tuple[bytes, bytes | None]], atomic: bool) -> None:
         if self._ring is None:
-            await self._run(self.db._s.batch if atomic else self._write_each, ops)
+            # a buffered store takes the write inline when it cannot block
+            if not self.db._s.write_nowait(ops, atomic):
+                await self._run(self.db._s.batch if atomic else self._write_each, ops)
             return
         self._last = self.db._s.enqueue(ops, atomic)
         fut: asyncio.Future[None] = self._ring.loop.create_future()
@@ -301,8 +303,8 @@ class AsyncDB:
     async def put(self, key: bytes, value: bytes) -> None:
         ring = self._ring
         if ring is None:
-            _check(key, value)
-            await self._run(self.db._s.put, key, value)
+            if not self.db._s.write_nowait([(key, value)]):
+                await self._run(self.db._s.put, key, value)
             return
         # the hot path: the native side checks key and value
         self._last = self.db._s.enqueue_put(key, value)
