@@ -33,8 +33,9 @@ fn bytes_arg<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     }
 }
 
-/// (fd, offset, data, last ticket) of a group commit to write.
-type LeadTuple<'py> = (i32, u64, Bound<'py, PyBytes>, u64);
+/// (fd, offset, data, last ticket) of a group commit to write: data is bytes, or an
+/// AlignedBuffer for an O_DIRECT store.
+type LeadTuple<'py> = (i32, u64, Bound<'py, PyAny>, u64);
 
 type HeldOps<'py> = Vec<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)>;
 
@@ -274,8 +275,15 @@ impl KvStore {
     /// write then fdatasync, or None (nothing queued, or a thread leads).
     fn lead_async<'py>(&self, py: Python<'py>) -> PyResult<Option<LeadTuple<'py>>> {
         let s = self.store()?;
-        let lead = py.detach(|| s.lead_async()).map_err(kv_err)?;
-        Ok(lead.map(|l| (l.fd, l.off, PyBytes::new(py, &l.data), l.last_ticket)))
+        let Some(l) = py.detach(|| s.lead_async()).map_err(kv_err)? else {
+            return Ok(None);
+        };
+        // an O_DIRECT store hands over an aligned block image, the others the records
+        let data = match l.image {
+            Some(mem) => Bound::new(py, crate::buffers::AlignedBuffer { mem })?.into_any(),
+            None => PyBytes::new(py, &l.data).into_any(),
+        };
+        Ok(Some((l.fd, l.off, data, l.last_ticket)))
     }
 
     /// The leader's write returned `wrote` (bytes or -errno) and its fdatasync `synced`.

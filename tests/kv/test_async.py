@@ -137,8 +137,13 @@ def test_direct_store_groups_async_writes(tmp_path: Path, run: Run) -> None:
                     await db.put(b"t%d-%d" % (t, i), b"v" * (i + t))
 
             await asyncio.gather(*(writer(t) for t in range(16)))
-            assert db.db.stats()["direct"] == 1
-            assert 0 < db.db.stats()["group_commits"] < 16 * 30 / 2
+            st = db.db.stats()
+            assert st["direct"] == 1
+            assert 0 < st["group_commits"] < 16 * 30 / 2
+            if isinstance(get_backend(), RingBackend):
+                # the block images went out on the loop's ring, not through the store's
+                # own writer (which counts a write and an fdatasync per group)
+                assert st["write_syscalls"] < st["group_commits"], st
             assert await db.get(b"t15-29") == b"v" * 44
 
     run(go)

@@ -284,12 +284,13 @@ impl Appender {
     /// blocks (zero padded), from the aligned staging buffer — through the ring when there
     /// is one. The file's size then runs ahead of the data to the block boundary; that
     /// zero tail is cut off when the segment is sealed, and recovery ignores it.
-    fn append_direct(&mut self, data: &[u8], off: u64, sync: bool) -> io::Result<()> {
+    /// O_DIRECT: make sure the partial block before `off` is known (re-read it after a
+    /// reopen or a failed write); returns the block boundary it starts at.
+    fn direct_tail(&mut self, off: u64) -> io::Result<u64> {
         let d = self.direct.as_mut().expect("direct");
         let start = off - off % BLOCK;
         let prefix = (off - start) as usize;
         if d.tail_at != start || d.tail.len() != prefix {
-            // (first append to this segment, or after a failed write) read it back
             d.tail = vec![0u8; prefix];
             let n = crate::sys::fileio::pread_full(self.fd, &mut d.tail, start)?;
             if n != prefix {
@@ -300,24 +301,62 @@ impl Appender {
             }
             d.tail_at = start;
         }
-        let total = prefix + data.len();
-        // byte i of the image to write: the tail, then the data
-        let fill = |dst: &mut [u8], from: usize, tail: &[u8]| {
-            let mut i = 0;
-            while i < dst.len() {
-                let at = from + i;
-                if at < tail.len() {
-                    let n = (tail.len() - at).min(dst.len() - i);
-                    dst[i..i + n].copy_from_slice(&tail[at..at + n]);
-                    i += n;
-                } else {
-                    let at = at - tail.len();
-                    let n = (data.len() - at).min(dst.len() - i);
-                    dst[i..i + n].copy_from_slice(&data[at..at + n]);
-                    i += n;
-                }
-            }
-        };
+        Ok(start)
+    }
+
+    /// O_DIRECT: `data` (at `off`) is on disk — keep the new partial block for the next
+    /// append, copy it into the mirror, note how far the file is written.
+    fn direct_done(&mut self, data: &[u8], off: u64) {
+        if let Some(m) = &self.mirror {
+            m.mirror_write(off, data);
+        }
+        let d = self.direct.as_mut().expect("direct");
+        let start = d.tail_at;
+        let end = off + data.len() as u64;
+        let new_start = end - end % BLOCK;
+        let from = (new_start - start) as usize;
+        let mut tail = vec![0u8; d.tail.len() + data.len() - from];
+        fill_image(&mut tail, from, &d.tail, data);
+        d.tail = tail;
+        d.tail_at = new_start;
+        self.filled = self.filled.max(end.div_ceil(BLOCK) * BLOCK);
+    }
+
+    /// O_DIRECT, for a write an event loop does itself: the whole zero-padded block image
+    /// of `data` appended at `off`, and the file offset it goes to. Call
+    /// [`Appender::direct_finished`] with the outcome.
+    pub fn direct_image(&mut self, data: &[u8], off: u64) -> io::Result<(u64, AlignedBuf)> {
+        let start = self.direct_tail(off)?;
+        let d = self.direct.as_ref().expect("direct");
+        let total = d.tail.len() + data.len();
+        let padded = (total as u64).div_ceil(BLOCK) * BLOCK;
+        let img = AlignedBuf::new(padded as usize)?;
+        // SAFETY: a fresh buffer nobody else sees yet.
+        let buf = unsafe { img.as_mut_slice() };
+        fill_image(&mut buf[..total], 0, &d.tail, data);
+        buf[total..].fill(0);
+        Ok((start, img))
+    }
+
+    /// The outcome of a [`Appender::direct_image`] write (and its fdatasync).
+    pub fn direct_finished(&mut self, data: &[u8], off: u64, ok: bool) {
+        if ok {
+            self.direct_done(data, off);
+        } else if let Some(d) = self.direct.as_mut() {
+            d.tail_at = u64::MAX; // unknown now: read back before the next append
+        }
+    }
+
+    /// The O_DIRECT descriptor (for writes done elsewhere), if this appender has one.
+    pub fn direct_fd(&self) -> Option<i32> {
+        self.direct.as_ref().map(|d| d.fd)
+    }
+
+    fn append_direct(&mut self, data: &[u8], off: u64, sync: bool) -> io::Result<()> {
+        let start = self.direct_tail(off)?;
+        let d = self.direct.as_mut().expect("direct");
+        let total = d.tail.len() + data.len();
+        let fill = |dst: &mut [u8], from: usize, tail: &[u8]| fill_image(dst, from, tail, data);
         let mut pos = 0usize;
         while pos < total {
             let n = (total - pos).min(STAGING);
@@ -374,18 +413,7 @@ impl Appender {
             }
             pos += n;
         }
-        if let Some(m) = &self.mirror {
-            m.mirror_write(off, data);
-        }
-        // keep the new partial block for the next append
-        let end = off + data.len() as u64;
-        let new_start = end - end % BLOCK;
-        let from = (new_start - start) as usize;
-        let mut tail = vec![0u8; total - from];
-        fill(&mut tail, from, &d.tail);
-        d.tail = tail;
-        d.tail_at = new_start;
-        self.filled = self.filled.max(end.div_ceil(BLOCK) * BLOCK);
+        self.direct_done(data, off);
         if sync {
             self.sync()?;
         }
@@ -415,6 +443,25 @@ impl Drop for Appender {
         if let Some(d) = &self.direct {
             // SAFETY: the O_DIRECT fd is ours; nothing is in flight on it.
             unsafe { libc::close(d.fd) };
+        }
+    }
+}
+
+/// Bytes `from..from + dst.len()` of the image `tail ++ data` (an O_DIRECT append: the
+/// partial block already on disk, then the new bytes) into `dst`.
+fn fill_image(dst: &mut [u8], from: usize, tail: &[u8], data: &[u8]) {
+    let mut i = 0;
+    while i < dst.len() {
+        let at = from + i;
+        if at < tail.len() {
+            let n = (tail.len() - at).min(dst.len() - i);
+            dst[i..i + n].copy_from_slice(&tail[at..at + n]);
+            i += n;
+        } else {
+            let at = at - tail.len();
+            let n = (data.len() - at).min(dst.len() - i);
+            dst[i..i + n].copy_from_slice(&data[at..at + n]);
+            i += n;
         }
     }
 }

@@ -268,6 +268,8 @@ struct Commit {
     undo: Vec<(Vec<u8>, Option<Loc>)>,
     /// the group an event loop is writing (between lead_async and finish_async)
     inflight: Option<Inflight>,
+    /// its records, for an O_DIRECT store (the caller writes a block image of them)
+    inflight_data: Vec<u8>,
 }
 
 struct Inflight {
@@ -275,13 +277,18 @@ struct Inflight {
     seg_id: u32,
     seg: Arc<Segment>,
     off: u64,
+    /// bytes the caller writes (the padded block image for O_DIRECT)
+    write_len: u64,
 }
 
-/// A group commit for the caller to write: `data` at `off` of `fd`, then fdatasync.
+/// A group commit for the caller to write at `off` of `fd` (`len` bytes: `data`, or for
+/// an O_DIRECT store the block-aligned `image`), then fdatasync.
 pub struct Lead {
     pub fd: i32,
     pub off: u64,
+    pub len: u64,
     pub data: Vec<u8>,
+    pub image: Option<crate::buf::AlignedBuf>,
     pub last_ticket: u64,
 }
 
@@ -640,6 +647,7 @@ impl Store {
                 wbuf: Vec::new(),
                 undo: Vec::new(),
                 inflight: None,
+                inflight_data: Vec::new(),
             }),
             flushed: AtomicU64::new(act_size),
             loaded,
@@ -1180,11 +1188,6 @@ impl Store {
     /// includes what was queued), or the store appends with O_DIRECT:
     /// [`Store::wait_ticket`] then waits for (or writes) the group.
     pub fn lead_async(&self) -> io::Result<Option<Lead>> {
-        if self.opts.direct {
-            // O_DIRECT appends keep a block-aligned tail in the appender: a thread writes
-            // the group ([`Store::wait_ticket`]), still one write + fdatasync per group
-            return Ok(None);
-        }
         let mut c = self.commit.lock().expect("commit");
         if c.leader || c.pending.is_empty() {
             return Ok(None);
@@ -1217,25 +1220,58 @@ impl Store {
         // the zero pre-fill (rare: every 4 MiB) is written here; the group's own write
         // and fdatasync are the caller's
         app.prefill_to(off + total);
-        c.appender = Some(app);
-        c.leader = true;
         let mut data = Vec::with_capacity(total as usize);
         for g in &group {
             data.extend_from_slice(&g.bytes);
         }
-        let fd = seg.fd;
+        // O_DIRECT: the caller writes the zero-padded block image to the direct fd
+        let image = match app.direct_fd() {
+            Some(dfd) => match app.direct_image(&data, off) {
+                Ok((start, img)) => Some((dfd, start, img)),
+                Err(e) => {
+                    c.appender = Some(app);
+                    c.failed.push((first, last, format!("write failed: {e}")));
+                    c.done_ticket = c.done_ticket.max(last);
+                    self.commit_cv.notify_all();
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        c.appender = Some(app);
+        c.leader = true;
+        let lead = match image {
+            Some((dfd, start, img)) => Lead {
+                fd: dfd,
+                off: start,
+                len: img.len() as u64,
+                data: Vec::new(),
+                image: Some(img),
+                last_ticket: last,
+            },
+            None => Lead {
+                fd: seg.fd,
+                off,
+                len: total,
+                data: Vec::new(),
+                image: None,
+                last_ticket: last,
+            },
+        };
+        let lead = if lead.image.is_none() {
+            Lead { data, ..lead }
+        } else {
+            c.inflight_data = data; // kept for the mirror and the next partial block
+            lead
+        };
         c.inflight = Some(Inflight {
             group,
             seg_id,
             seg,
             off,
+            write_len: lead.len,
         });
-        Ok(Some(Lead {
-            fd,
-            off,
-            data,
-            last_ticket: last,
-        }))
+        Ok(Some(lead))
     }
 
     /// The leader's write and fdatasync completed with these results (bytes written or
@@ -1245,14 +1281,23 @@ impl Store {
         let mut c = self.commit.lock().expect("commit");
         let inf = c.inflight.take().expect("finish_async without lead_async");
         let total: u64 = inf.group.iter().map(|g| g.bytes.len() as u64).sum();
+        let direct_data = std::mem::take(&mut c.inflight_data);
         let mut res = if wrote < 0 {
             Err(io::Error::from_raw_os_error(-wrote as i32))
-        } else if synced < 0 && wrote as u64 >= total {
+        } else if synced < 0 && wrote as u64 >= inf.write_len {
             Err(io::Error::from_raw_os_error(-synced))
+        } else if self.opts.direct && (wrote as u64) < inf.write_len {
+            Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short O_DIRECT write ({wrote} of {} bytes)", inf.write_len),
+            ))
         } else {
             Ok(())
         };
-        if res.is_ok() && (wrote as u64) < total {
+        if self.opts.direct {
+            let app = c.appender.as_mut().expect("appender");
+            app.direct_finished(&direct_data, inf.off, res.is_ok());
+        } else if res.is_ok() && (wrote as u64) < total {
             // a short write (its linked fdatasync was cancelled): finish it here
             let mut rest = Vec::new();
             for g in &inf.group {
