@@ -37,8 +37,10 @@ def test_sigkill_rounds_async_tasks(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_sigkill_rounds_direct_io(tmp_path: Path) -> None:
-    """The same promises with O_DIRECT appends (block rewrites, zero-padded tails)."""
+@pytest.mark.parametrize("mode", ["threads", "async"])
+def test_sigkill_rounds_direct_io(tmp_path: Path, mode: str) -> None:
+    """The same promises with O_DIRECT appends (block rewrites, zero-padded tails), from
+    the blocking writer and from tasks writing block images on the loop's ring."""
     import os as _os
 
     probe = tmp_path / "probe"
@@ -47,6 +49,6 @@ def test_sigkill_rounds_direct_io(tmp_path: Path) -> None:
         _os.close(_os.open(probe, _os.O_RDONLY | _os.O_DIRECT))
     except OSError as e:
         pytest.skip(f"no O_DIRECT here: {e}")
-    n = max(ROUNDS // 3, 5)
-    rounds = run_rounds(tmp_path / "store", n, "threads", direct=True)
+    n = max(ROUNDS // 6, 5)
+    rounds = run_rounds(tmp_path / "store", n, mode, direct=True)
     assert sum(r.acked for r in rounds) > n * 10
