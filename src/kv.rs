@@ -41,12 +41,18 @@ type HeldOps<'py> = Vec<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)>;
 
 /// `[(key, value_or_None), ...]` with every key and value checked to be bytes.
 fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
-    let mut held = Vec::new();
+    let pairs = || PyTypeError::new_err("batch ops must be (key, value_or_None) pairs");
+    let mut held = Vec::with_capacity(ops.len().unwrap_or(0));
     for item in ops.try_iter()? {
         let item = item?;
-        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
-            .extract()
-            .map_err(|_| PyTypeError::new_err("batch ops must be (key, value_or_None) pairs"))?;
+        // the common case, a 2-tuple, without a generic extraction per op
+        let (k, v) = match item.cast::<pyo3::types::PyTuple>() {
+            Ok(t) if t.len() == 2 => (t.get_item(0)?, t.get_item(1)?),
+            Ok(_) => return Err(pairs()),
+            Err(_) => item
+                .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+                .map_err(|_| pairs())?,
+        };
         bytes_arg(&k, "key")?;
         let k = k.cast_into::<PyBytes>().map_err(PyErr::from)?;
         let v = if v.is_none() {
