@@ -90,7 +90,21 @@ pub struct KvStore {
     inner: std::sync::Mutex<Option<Arc<Store>>>,
 }
 
+type Getter = fn(&Store, &[u8]) -> std::io::Result<Option<Vec<u8>>>;
+
 impl KvStore {
+    /// One key read through `get` (plain, or only-if-cached), as bytes or None.
+    fn lookup<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        get: Getter,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let s = self.store()?;
+        let v = get(&s, key_arg(key)?).map_err(kv_err)?;
+        Ok(v.map(|v| PyBytes::new(py, &v)))
+    }
+
     fn store(&self) -> PyResult<Arc<Store>> {
         self.inner
             .lock()
@@ -177,10 +191,7 @@ impl KvStore {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let s = self.store()?;
-        let k = key_arg(key)?;
-        let v = s.get(k).map_err(kv_err)?;
-        Ok(v.map(|v| PyBytes::new(py, &v)))
+        self.lookup(py, key, Store::get)
     }
 
     /// get(key) if the record is in memory; raises BlockingIOError if reading it would
@@ -190,10 +201,7 @@ impl KvStore {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let s = self.store()?;
-        let k = key_arg(key)?;
-        let v = s.get_cached(k).map_err(kv_err)?;
-        Ok(v.map(|v| PyBytes::new(py, &v)))
+        self.lookup(py, key, Store::get_cached)
     }
 
     /// Whether every key's record is in memory (multi_get would not wait for the disk).

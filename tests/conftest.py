@@ -27,6 +27,16 @@ def _probe() -> frozenset[str] | None:
 PROBED = _probe()
 
 
+def direct_file(path: Path, data: bytes) -> bytes:
+    """Write `data` to `path` and check O_DIRECT works there; skip the test if not."""
+    path.write_bytes(data)
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT here: {e}")
+    return data
+
+
 def need_ops(*ops: str) -> None:
     """Skip the calling test unless io_uring works and supports every op in `ops`."""
     if PROBED is None:

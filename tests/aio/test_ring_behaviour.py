@@ -14,6 +14,8 @@ import pytest
 from uringkit import aio
 from uringkit.aio._backend import RingBackend, get_backend
 
+from conftest import direct_file
+
 
 def nfds() -> int:
     return len(os.listdir("/proc/self/fd"))
@@ -134,12 +136,7 @@ def test_read_many_and_write_many(tmp_path: Path, run: Any) -> None:
 
 def test_direct_aligned_and_misaligned(tmp_path: Path, run: Any) -> None:
     p = tmp_path / "d"
-    data = os.urandom(1 << 16)
-    p.write_bytes(data)
-    try:
-        os.close(os.open(p, os.O_RDONLY | os.O_DIRECT))
-    except OSError as e:
-        pytest.skip(f"no O_DIRECT here: {e}")
+    data = direct_file(p, os.urandom(1 << 16))
 
     async def go() -> Any:
         async with await aio.open(p, "rb", direct=True) as f:
@@ -193,12 +190,7 @@ def test_direct_read_waves_submit_early_and_cancel_cleanly(tmp_path: Path, ring_
     from uringkit.aio._backend import EARLY_SUBMIT, get_backend
 
     p = tmp_path / "d"
-    data = os.urandom(1 << 20)
-    p.write_bytes(data)
-    try:
-        os.close(os.open(p, os.O_RDONLY | os.O_DIRECT))
-    except OSError as e:
-        pytest.skip(f"no O_DIRECT here: {e}")
+    data = direct_file(p, os.urandom(1 << 20))
 
     async def go() -> None:
         async with await aio.open(p, "rb", direct=True) as f:

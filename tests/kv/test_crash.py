@@ -15,6 +15,8 @@ import pytest
 
 from uringkit.kv.crashtest import run_rounds
 
+from conftest import direct_file
+
 ROUNDS = int(os.environ.get("URINGKIT_CRASH_ROUNDS", "30"))
 
 
@@ -41,14 +43,7 @@ def test_sigkill_rounds_async_tasks(tmp_path: Path) -> None:
 def test_sigkill_rounds_direct_io(tmp_path: Path, mode: str) -> None:
     """The same promises with O_DIRECT appends (block rewrites, zero-padded tails), from
     the blocking writer and from tasks writing block images on the loop's ring."""
-    import os as _os
-
-    probe = tmp_path / "probe"
-    probe.write_bytes(b"x" * 4096)
-    try:
-        _os.close(_os.open(probe, _os.O_RDONLY | _os.O_DIRECT))
-    except OSError as e:
-        pytest.skip(f"no O_DIRECT here: {e}")
+    direct_file(tmp_path / "probe", b"x" * 4096)
     n = max(ROUNDS // 6, 5)
     rounds = run_rounds(tmp_path / "store", n, mode, direct=True)
     assert sum(r.acked for r in rounds) > n * 10

@@ -99,36 +99,9 @@ impl Segment {
     /// direct writes cannot invalidate pages a mapping holds).
     fn new(fd: i32, size: u64, dead: u64, reserve: Option<u64>) -> Arc<Segment> {
         let len = reserve.map(|r| size.max(r) as usize).unwrap_or(0);
-        let map = if len == 0 {
-            std::ptr::null()
-        } else {
-            // SAFETY: a fresh shared read-only mapping of our fd; checked for MAP_FAILED.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    fd,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                std::ptr::null()
-            } else {
-                p as *const u8
-            }
-        };
-        Arc::new(Segment {
-            fd,
-            size: AtomicU64::new(size),
-            dead: AtomicU64::new(dead),
-            map,
-            map_len: if map.is_null() { 0 } else { len },
-            map_base: 0,
-            mirror: false,
-            verified: std::sync::atomic::AtomicBool::new(true),
-        })
+        // a shared read-only mapping of the file
+        let map = map_or_null(len, libc::PROT_READ, libc::MAP_SHARED, fd);
+        Self::with_map(fd, size, dead, map, len, 0, false)
     }
 
     /// The active segment of an O_DIRECT store: direct writes bypass the page cache, so
@@ -139,27 +112,25 @@ impl Segment {
     fn mirrored(fd: i32, size: u64, dead: u64, reserve: u64) -> Arc<Segment> {
         let base = size as usize;
         let len = (reserve as usize).saturating_sub(base);
-        let map = if len == 0 {
-            std::ptr::null()
-        } else {
-            // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED. Pages are
-            // only backed when the appender writes them (MAP_NORESERVE).
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                std::ptr::null()
-            } else {
-                p as *const u8
-            }
-        };
+        // private anonymous memory, only backed where the appender writes (NORESERVE)
+        let map = map_or_null(
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        );
+        Self::with_map(fd, size, dead, map, len, base, true)
+    }
+
+    fn with_map(
+        fd: i32,
+        size: u64,
+        dead: u64,
+        map: *const u8,
+        len: usize,
+        base: usize,
+        mirror: bool,
+    ) -> Arc<Segment> {
         Arc::new(Segment {
             fd,
             size: AtomicU64::new(size),
@@ -167,7 +138,7 @@ impl Segment {
             map,
             map_len: if map.is_null() { 0 } else { len },
             map_base: base,
-            mirror: !map.is_null(),
+            mirror: mirror && !map.is_null(),
             verified: std::sync::atomic::AtomicBool::new(true),
         })
     }
@@ -320,6 +291,22 @@ pub struct Store {
     /// durable group commits written (each one write + one fdatasync)
     group_commits: AtomicU64,
     pub recovery: Recovery,
+}
+
+/// `mmap(len, prot, flags, fd, 0)`, or null when `len` is 0 or the mapping fails (the
+/// segment is then read with pread).
+fn map_or_null(len: usize, prot: i32, flags: i32, fd: i32) -> *const u8 {
+    if len == 0 {
+        return std::ptr::null();
+    }
+    // SAFETY: a fresh mapping the kernel places; checked for MAP_FAILED. For a file
+    // mapping fd is ours and open; for an anonymous one it is -1.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+    if p == libc::MAP_FAILED {
+        std::ptr::null()
+    } else {
+        p as *const u8
+    }
 }
 
 fn err(kind: io::ErrorKind, msg: String) -> io::Error {
@@ -1137,16 +1124,9 @@ impl Store {
                             c.unsynced += total;
                         }
                     }
-                    Err(e) => {
-                        c.failed.push((first, last, format!("write failed: {e}")));
-                        if c.failed.len() > 64 {
-                            c.failed.remove(0);
-                        }
-                    }
+                    Err(e) => Self::record_failure(&mut c, first, last, &e),
                 }
-                c.done_ticket = c.done_ticket.max(last);
-                c.leader = false;
-                self.commit_cv.notify_all();
+                self.settle(&mut c, last);
                 continue;
             }
             c = self.commit_cv.wait(c).expect("commit wait");
@@ -1210,9 +1190,8 @@ impl Store {
                 }
                 Err(e) => {
                     c.appender = Some(app);
-                    c.failed.push((first, last, format!("write failed: {e}")));
-                    c.done_ticket = c.done_ticket.max(last);
-                    self.commit_cv.notify_all();
+                    Self::record_failure(&mut c, first, last, &e);
+                    self.settle(&mut c, last);
                     return Err(e);
                 }
             }
@@ -1230,9 +1209,8 @@ impl Store {
                 Ok((start, img)) => Some((dfd, start, img)),
                 Err(e) => {
                     c.appender = Some(app);
-                    c.failed.push((first, last, format!("write failed: {e}")));
-                    c.done_ticket = c.done_ticket.max(last);
-                    self.commit_cv.notify_all();
+                    Self::record_failure(&mut c, first, last, &e);
+                    self.settle(&mut c, last);
                     return Err(e);
                 }
             },
@@ -1327,16 +1305,28 @@ impl Store {
             Err(e) => {
                 // SAFETY: the segment's fd is open for writing.
                 unsafe { libc::ftruncate(inf.seg.fd, inf.off as i64) };
-                c.failed.push((first, last, format!("write failed: {e}")));
-                if c.failed.len() > 64 {
-                    c.failed.remove(0);
-                }
+                Self::record_failure(&mut c, first, last, e);
             }
         }
+        self.settle(&mut c, last);
+        res
+    }
+
+    /// Tickets `first..=last` failed with `e`: their writers get the error (the last 64
+    /// failures are kept).
+    fn record_failure(c: &mut Commit, first: u64, last: u64, e: &io::Error) {
+        c.failed.push((first, last, format!("write failed: {e}")));
+        if c.failed.len() > 64 {
+            c.failed.remove(0);
+        }
+    }
+
+    /// A group is done (written or failed) up to ticket `last`: release the writer role
+    /// and wake everyone waiting for their ticket.
+    fn settle(&self, c: &mut Commit, last: u64) {
         c.done_ticket = c.done_ticket.max(last);
         c.leader = false;
         self.commit_cv.notify_all();
-        res
     }
 
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
@@ -1727,21 +1717,17 @@ impl Store {
     }
 
     pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        let (loc, seg, active) = {
-            let st = self.state.read().expect("state");
-            match st.index.get(key) {
-                None => return Ok(None),
-                Some(l) => (l, st.segs[&l.seg].clone(), st.active),
-            }
-        };
-        self.ensure_flushed(loc, active, key.len())?;
-        Self::read_value(&seg, loc, key).map(Some)
+        self.get_inner(key, false)
     }
 
     /// [`Store::get`] only if it cannot wait for the disk: `Err(WouldBlock)` when the
     /// record is not in memory (page cache or the direct mirror) — an event loop then
     /// reads it off the loop instead of stalling every task on a page fault.
     pub fn get_cached(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        self.get_inner(key, true)
+    }
+
+    fn get_inner(&self, key: &[u8], cached_only: bool) -> io::Result<Option<Vec<u8>>> {
         let (loc, seg, active) = {
             let st = self.state.read().expect("state");
             match st.index.get(key) {
@@ -1751,7 +1737,7 @@ impl Store {
         };
         self.ensure_flushed(loc, active, key.len())?;
         let total = HEADER + key.len() + loc.val_len as usize;
-        if !seg.resident(loc.off, total) {
+        if cached_only && !seg.resident(loc.off, total) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         Self::read_value(&seg, loc, key).map(Some)

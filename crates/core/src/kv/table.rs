@@ -168,26 +168,8 @@ impl<T: Copy + Default> Table<T> {
     }
 
     /// The slot holding a value for which `eq` is true.
-    pub fn find(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Option<usize> {
-        let tag = h2(hash);
-        let mut pos = hash as usize & self.mask;
-        let mut stride = 0;
-        loop {
-            let g = self.group(pos);
-            let mut m = match_byte(g, tag);
-            while m != 0 {
-                let i = (pos + (m.trailing_zeros() / 8) as usize) & self.mask;
-                if eq(&self.slots[i]) {
-                    return Some(i);
-                }
-                m &= m - 1;
-            }
-            if match_empty(g) != 0 {
-                return None;
-            }
-            stride += GROUP;
-            pos = (pos + stride) & self.mask;
-        }
+    pub fn find(&self, hash: u64, eq: impl FnMut(&T) -> bool) -> Option<usize> {
+        self.find_or_free(hash, eq).ok()
     }
 
     /// `Ok(slot)` where `eq` holds, or `Err(slot)` where a new value for `hash` goes. The
