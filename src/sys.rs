@@ -62,6 +62,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_syscalls, m)?)?;
     m.add_function(wrap_pyfunction!(dio_alignment, m)?)?;
     m.add_function(wrap_pyfunction!(libaio_check, m)?)?;
+    m.add_function(wrap_pyfunction!(open_cached, m)?)?;
+    m.add_function(wrap_pyfunction!(fs_magic, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait_many, m)?)?;
     m.add_function(wrap_pyfunction!(read_cached_many, m)?)?;
@@ -82,6 +84,30 @@ fn libaio_check() -> i32 {
     // SAFETY: ctx is the context io_setup just created.
     unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
     0
+}
+
+/// Open `path` inline if that cannot block (path lookup from the dentry cache, the file
+/// opened O_NONBLOCK — what io_uring tries inline itself): the fd, or None when it would
+/// block, when `flags` create or truncate, or when the kernel lacks openat2 with
+/// RESOLVE_CACHED (then open it asynchronously). Failures such as ENOENT raise OSError.
+#[pyfunction]
+#[pyo3(signature = (path, flags, dir_fd=libc::AT_FDCWD))]
+fn open_cached(path: &Bound<'_, PyAny>, flags: i32, dir_fd: i32) -> PyResult<Option<i32>> {
+    let c = crate::convert::path_arg(path)?;
+    uringkit_core::sys::nowait::open_cached(dir_fd, &c, flags).map_err(|e| {
+        let code = e.raw_os_error().unwrap_or(libc::EIO);
+        pyo3::exceptions::PyOSError::new_err((
+            code,
+            crate::convert::strerror(code),
+            path.clone().unbind(),
+        ))
+    })
+}
+
+/// The filesystem magic number (`statfs.f_type`) of an open file (0xEF53 = ext4, …).
+#[pyfunction]
+fn fs_magic(fd: i32) -> PyResult<i64> {
+    uringkit_core::sys::nowait::fs_magic(fd).map_err(|e| crate::convert::io_error(e, "fstatfs"))
 }
 
 const RWF_NOWAIT: i32 = 0x8;

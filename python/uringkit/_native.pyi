@@ -25,6 +25,8 @@ __all__ = [
     "libaio_check",
     "memlock_limit",
     "op_table",
+    "fs_magic",
+    "open_cached",
     "pread_nowait",
     "pread_nowait_many",
     "read_cached_many",
@@ -623,6 +625,10 @@ def run_job(
     progress: Callable[[int, int, float, bool], bool | None] | None = None,
     interval: float = 0.5,
 ) -> dict[str, Any]: ...
+def fs_magic(fd: int) -> int: ...
+def open_cached(
+    path: str | bytes | os.PathLike[Any], flags: int, dir_fd: int = ...
+) -> int | None: ...
 def pread_nowait(fd: int, n: int, offset: int) -> bytes | None: ...
 def read_cached_many(fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes | int]: ...
 def pread_nowait_many(

@@ -78,7 +78,8 @@ def test_cancelled_open_leaks_no_fd(tmp_path: Path, run: Any, engine: str) -> No
         await aio.os.stat(p)  # backend and executor warmed up
         before = nfds()
         for _ in range(50):
-            t = asyncio.ensure_future(aio.open(p, "rb"))
+            # (a creating open: never done inline, so it really is in flight)
+            t = asyncio.ensure_future(aio.open(p, "ab"))
             await asyncio.sleep(0)  # the open is queued (ring) or running (thread)
             t.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -87,6 +88,39 @@ def test_cancelled_open_leaks_no_fd(tmp_path: Path, run: Any, engine: str) -> No
         return nfds() - before
 
     assert run(go) == 0
+
+
+def test_cached_small_file_never_leaves_the_loop(tmp_path: Path, run: Any) -> None:
+    """Open (dentry cache), read (page cache) and close (read-only, local filesystem) of a
+    hot small file complete inline: no ring submission, no thread hop; the fd is in
+    blocking mode as builtin open would give it, and is closed afterwards."""
+    import fcntl
+
+    p = tmp_path / "small"
+    p.write_bytes(b"hello world")
+
+    async def go() -> Any:
+        await aio.os.stat(p)
+        b = get_backend()
+        before = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+        fds = nfds()
+        f = await aio.open(p, "rb")
+        flags = fcntl.fcntl(f.fileno(), fcntl.F_GETFL)
+        data = await f.read()
+        await f.close()
+        after = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+        try:
+            await aio.open(tmp_path / "missing", "rb")
+        except FileNotFoundError as e:
+            err: Any = e
+        return data, flags, after - before, nfds() - fds, err
+
+    data, flags, submits, leaked, err = run(go)
+    assert data == b"hello world"
+    assert not flags & os.O_NONBLOCK
+    assert submits == 0
+    assert leaked == 0
+    assert err.filename == str(tmp_path / "missing")
 
 
 def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,6 +166,64 @@ def test_read_many_and_write_many(tmp_path: Path, run: Any) -> None:
     assert got2 == got[:2]
     assert n == [5, 5]
     assert (tmp_path / "w").read_bytes() == b"hello" + b"\0" * 5 + b"world"
+
+
+def test_read_many_cold_ranges_go_out_in_one_submission(tmp_path: Path, run: Any) -> None:
+    """Ranges not in the page cache (RocksDB's MultiGet case) are read in one batch."""
+    p = tmp_path / "f"
+    data = os.urandom(1 << 20)
+    p.write_bytes(data)
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    ranges = [((i * 97) % 250 * 4096 + i, 3000) for i in range(64)]
+
+    async def go() -> Any:
+        async with await aio.open(p, "rb") as f:
+            b = get_backend()
+            before = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+            got = await aio.read_many(f, ranges)
+            after = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+        return got, after - before, isinstance(b, RingBackend)
+
+    got, submits, ring = run(go)
+    assert got == [data[o : o + n] for o, n in ranges]
+    if ring:
+        assert submits <= 2  # the misses in one submission (plus the open's)
+
+
+def test_read_many_on_direct_file(tmp_path: Path, run: Any) -> None:
+    """An O_DIRECT file's ranges are read into aligned memory, all in flight together;
+    short at end of file; misaligned ranges get the alignment explanation; a cancelled
+    read_many leaves the loop and the file usable."""
+    p = tmp_path / "d"
+    data = direct_file(p, os.urandom(1 << 20))
+    ranges = [((i * 37) % 256 * 4096, 4096 * (1 + i % 3)) for i in range(64)]
+    ranges.append(((1 << 20) - 4096, 8192))  # crosses end of file: short
+
+    async def go() -> Any:
+        async with await aio.open(p, "rb", direct=True) as f:
+            got = await aio.read_many(f, ranges)
+            try:
+                await aio.read_many(f, [(0, 4096), (100, 512)])
+                err = None
+            except OSError as e:
+                err = e
+            t = asyncio.ensure_future(aio.read_many(f, ranges))
+            await asyncio.sleep(0)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            again = await aio.read_many(f.fileno(), ranges[:3])
+        return got, err, again
+
+    got, err, again = run(go)
+    want = [data[o : o + n] for o, n in ranges]
+    assert got == want
+    assert len(got[-1]) == 4096
+    assert again == want[:3]
+    assert err is not None and err.errno == errno.EINVAL and "align" in str(err)
 
 
 def test_direct_aligned_and_misaligned(tmp_path: Path, run: Any) -> None:

@@ -15,14 +15,16 @@ Works on asyncio's default loop and on uvloop.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os as _os
 from collections.abc import Sequence
 from typing import Any
 
+from .._native import AlignedBuffer
 from . import os
 from ._backend import get_backend
-from ._file import AsyncFile, AsyncTextFile
+from ._file import AsyncFile, AsyncTextFile, _explain_direct
 
 __all__ = ["AsyncFile", "AsyncTextFile", "backend_name", "open", "os", "read_many", "write_many"]
 
@@ -145,14 +147,34 @@ async def read_many(file: Any, ranges: Sequence[tuple[int, int]]) -> list[bytes]
     only at end of file). `file` is a path, an fd, or an open aio file."""
     backend = get_backend()
     if isinstance(file, (AsyncFile, AsyncTextFile)):
-        return await backend.read_many(file.fileno(), ranges)  # type: ignore[no-any-return]
+        return await _read_many_fd(backend, file.fileno(), ranges)
     if isinstance(file, int):
-        return await backend.read_many(file, ranges)  # type: ignore[no-any-return]
+        return await _read_many_fd(backend, file, ranges)
     fd = await backend.openat(_os.fspath(file), _os.O_RDONLY | _os.O_CLOEXEC, 0)
     try:
         return await backend.read_many(fd, ranges)  # type: ignore[no-any-return]
     finally:
         await backend.close(fd)
+
+
+async def _read_many_fd(backend: Any, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    if not fcntl.fcntl(fd, fcntl.F_GETFL) & _os.O_DIRECT:
+        return await backend.read_many(fd, ranges)  # type: ignore[no-any-return]
+    # O_DIRECT: no page cache to hit, so every range is one read into its own aligned
+    # buffer, all in flight together (the disk sees the whole batch at once).
+    ranges = list(ranges)
+    # One aligned allocation for the batch, a page-aligned slot per range.
+    slots = [0]
+    for _, n in ranges:
+        slots.append(slots[-1] + (n + 4095) // 4096 * 4096)
+    mem = memoryview(AlignedBuffer(max(slots[-1], 1)))
+    bufs = [mem[a : a + n] for a, (_, n) in zip(slots[:-1], ranges, strict=True)]
+    try:
+        got = await backend.read_into_many(fd, bufs, ranges)
+    except OSError as e:
+        bad = next(((o, n) for o, n in ranges if (o | n) % 512), ranges[0] if ranges else (0, 0))
+        raise _explain_direct(e, bad[1], bad[0]) from None
+    return [bytes(b[:g]) for b, g in zip(bufs, got, strict=True)]
 
 
 async def write_many(file: Any, items: Sequence[tuple[int, Any]]) -> list[int]:

@@ -30,6 +30,7 @@ from .._native import (
     Completion,
     LibaioContext,
     Ring,
+    open_cached,
     pread_nowait,
     read_cached_many,
 )
@@ -94,6 +95,9 @@ class ThreadBackend:
         return await self.loop.run_in_executor(_executor(), fn, *args)
 
     async def openat(self, path: Any, flags: int, mode: int) -> int:
+        hot = _open_inline(path, flags)
+        if hot is not None:
+            return hot
         cf = _executor().submit(os.open, path, flags, mode)
         try:
             fd: int = await asyncio.wrap_future(cf, loop=self.loop)
@@ -123,6 +127,17 @@ class ThreadBackend:
     async def read_direct(self, fd: int, buf: Any, n: int, offset: int) -> int:
         view = memoryview(buf)[:n]
         return await self.run(_preadinto_full, fd, view, offset)  # type: ignore[no-any-return]
+
+    async def read_into_many(
+        self, fd: int, bufs: Sequence[Any], ranges: Sequence[tuple[int, int]]
+    ) -> list[int]:
+        """Reads of many ranges, each into its buffer (aligned for O_DIRECT), all in
+        flight together; the byte counts in request order, short reads completed."""
+        return list(
+            await asyncio.gather(
+                *(self.read_direct(fd, b, n, o) for (o, n), b in zip(ranges, bufs, strict=True))
+            )
+        )
 
     async def pwrite(self, fd: int, data: Any, offset: int) -> int:
         return await self.run(_pwrite_full, fd, data, offset)  # type: ignore[no-any-return]
@@ -295,6 +310,11 @@ class RingBackend:
         self.unsubmitted = 0
         if not self.closed:
             self.ring.submit()
+            if self.ring.cq_ready:
+                # Ops that completed inline (cached opens, stats, closes…): reap them now
+                # instead of one loop iteration later through the eventfd. _on_ready
+                # clears the eventfd before reaping, so nothing posted later is missed.
+                self._on_ready()
 
     def _on_ready(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -398,6 +418,10 @@ class RingBackend:
         return await self.loop.run_in_executor(_executor(), fn, *args)
 
     async def openat(self, path: Any, flags: int, mode: int) -> int:
+        hot = _open_inline(path, flags)
+        if hot is not None:
+            return hot
+
         def orphan(c: Completion) -> None:
             if c.res >= 0:
                 os.close(c.res)  # the caller gave up: leak no fd
@@ -437,13 +461,7 @@ class RingBackend:
         """Queue one read into `buf` (O_DIRECT: no page-cache fast path) with this
         iteration's batch; the future gets the bytes read, or the Completion of a failed
         read. If the awaiting task is cancelled, call `cancel_read`."""
-        if self.closed:
-            raise RuntimeError("the event loop's ring is closed")
-        ud = self.next_ud
-        self.next_ud = ud + 1
-        self.ring.read(fd, buf, offset, nbytes=n, user_data=ud)
-        fut: asyncio.Future[Any] = self.loop.create_future()
-        self.fast[ud] = fut
+        fut = self._queue_read(fd, buf, n, offset)
         self.unsubmitted += 1
         if self.unsubmitted >= EARLY_SUBMIT:
             # Many reads queued in one iteration (a wave of completions resubmitting):
@@ -455,6 +473,16 @@ class RingBackend:
         elif not self.flush_pending:
             self.flush_pending = True
             self.loop.call_soon(self._flush)
+        return fut
+
+    def _queue_read(self, fd: int, buf: Any, n: int, offset: int) -> asyncio.Future[Any]:
+        if self.closed:
+            raise RuntimeError("the event loop's ring is closed")
+        ud = self.next_ud
+        self.next_ud = ud + 1
+        self.ring.read(fd, buf, offset, nbytes=n, user_data=ud)
+        fut: asyncio.Future[Any] = self.loop.create_future()
+        self.fast[ud] = fut
         return fut
 
     def cancel_read(self, fut: asyncio.Future[Any]) -> None:
@@ -477,6 +505,26 @@ class RingBackend:
             self.cancel_read(fut)
             raise
         return await self.finish_read(fd, buf, n, offset, r)
+
+    async def read_into_many(
+        self, fd: int, bufs: Sequence[Any], ranges: Sequence[tuple[int, int]]
+    ) -> list[int]:
+        """Reads of many ranges in one submission (no page-cache fast path), resolved
+        natively (no task per read); a cancelled caller cancels the SQEs still in flight
+        (their buffers stay with the ring until the kernel lets go)."""
+        futs = [self._queue_read(fd, b, n, o) for (o, n), b in zip(ranges, bufs, strict=True)]
+        self._flush()  # the whole batch now, in one system call
+        try:
+            results = [await f for f in futs]
+        except BaseException:
+            for f in futs:
+                if not f.done():
+                    self.cancel_read(f)
+            raise
+        return [
+            r if type(r) is int and (r == n or r == 0) else await self.finish_read(fd, b, n, o, r)
+            for (o, n), b, r in zip(ranges, bufs, results, strict=True)
+        ]
 
     async def finish_read(self, fd: int, buf: Any, n: int, offset: int, r: Any) -> int:
         """The result of a `start_read`: errors raised, short reads completed."""
@@ -544,23 +592,10 @@ class RingBackend:
         misses = [(i, *ranges[i]) for i, r in enumerate(out) if not _complete(fd, ranges[i], r)]
         if misses:
             bufs = [bytearray(n) for _, _, n in misses]
-            got = await asyncio.gather(
-                *(
-                    self.preadinto(fd, b, off, nowait=False)
-                    for (_, off, _), b in zip(misses, bufs, strict=True)
-                )
-            )
+            got = await self.read_into_many(fd, bufs, [(off, n) for _, off, n in misses])
             for (i, _, n), b, g in zip(misses, bufs, got, strict=True):
                 out[i] = bytes(b) if g == n else bytes(b[:g])
         return out
-
-    async def _read_many_ring(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        bufs = [bytearray(n) for _, n in ranges]
-        futs = []
-        for (off, _n), b in zip(ranges, bufs, strict=True):
-            futs.append(asyncio.ensure_future(self.preadinto(fd, b, off, nowait=False)))
-        got = await asyncio.gather(*futs)
-        return [bytes(b) if g == len(b) else bytes(b[:g]) for b, g in zip(bufs, got, strict=True)]
 
     async def statx(self, path: Any, dir_fd: int, flags: int) -> dict[str, Any]:
         c = await self.op(
@@ -569,6 +604,19 @@ class RingBackend:
         if c.res < 0:
             raise _oserror(c.res, "stat", path if path != "" else None)
         return c.result  # type: ignore[no-any-return]
+
+
+def _open_inline(path: Any, flags: int) -> int | None:
+    """Open without leaving the loop when that cannot block (dentry-cache lookup, like
+    io_uring's own inline attempt): the fd, or None to open asynchronously."""
+    if isinstance(path, int):
+        return None
+    try:
+        return open_cached(path, flags)
+    except OSError as e:
+        raise _oserror(-(e.errno or errno.EIO), "open", path) from None
+    except (TypeError, ValueError):
+        return None  # let the asynchronous open report it as os.open would
 
 
 def _complete(fd: int, rng: tuple[int, int], r: bytes | int) -> bool:

@@ -8,10 +8,11 @@ import errno
 import io
 import locale
 import os
+import stat
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Generic, TypeVar
 
-from .._native import AlignedBuffer
+from .._native import AlignedBuffer, fs_magic
 from ._backend import RingBackend
 
 T = TypeVar("T", bytes, str)
@@ -28,6 +29,24 @@ def _explain_direct(e: OSError, n: int, offset: int) -> OSError:
         "logical block (uringkit.aligned_buffer), and lengths and offsets that are "
         "multiples of it (usually 512 or 4096)",
     )
+
+
+# Local filesystems whose files have no ->flush on close (statfs f_type): ext2/3/4, xfs,
+# btrfs, tmpfs. FUSE, NFS, CIFS and the like talk to a server on close: those go through
+# the ring.
+_LOCAL_FS = frozenset({0xEF53, 0x58465342, 0x9123683E, 0x01021994})
+_local_dev: dict[int, bool] = {}
+
+
+def _closes_inline(fd: int) -> bool:
+    try:
+        st = os.fstat(fd)
+        local = _local_dev.get(st.st_dev)
+        if local is None:
+            local = _local_dev[st.st_dev] = fs_magic(fd) in _LOCAL_FS
+    except OSError:
+        return False
+    return local and stat.S_ISREG(st.st_mode)
 
 
 class _Lines(Generic[T]):
@@ -165,8 +184,10 @@ class AsyncFile(_Lines[bytes]):
             rest = 0 if self._stream else max(0, os.fstat(self._fd).st_size - self._pos)
             parts = [head]
             while True:
+                # the known size first (so a cached file is one inline read), then chunks
+                # until EOF (the file may have grown)
                 chunk: bytes = await self._b.pread(
-                    self._fd, max(rest, CHUNK), self._at(self._pos), not self._direct
+                    self._fd, rest or CHUNK, self._at(self._pos), not self._direct
                 )
                 if not chunk:
                     break
@@ -371,6 +392,12 @@ class AsyncFile(_Lines[bytes]):
             return
         self.closed = True
         if self._closefd:
+            if not self._writable and not self._stream and _closes_inline(self._fd):
+                # A read-only file on a local filesystem: close cannot block (no
+                # ->flush to call; io_uring would close it inline too), so skip the
+                # loop round trip.
+                os.close(self._fd)
+                return
             await self._b.close(self._fd)
 
     async def __aenter__(self) -> AsyncFile:

@@ -140,3 +140,109 @@ mod tests {
         }
     }
 }
+
+/// Open `path` only if that cannot block: the lookup from the dentry cache alone
+/// (`openat2` with `RESOLVE_CACHED`; mode is not needed: creating opens are
+/// never tried) and the file opened `O_NONBLOCK` (cleared again
+/// afterwards unless `flags` asked for it) — what io_uring itself tries inline before
+/// handing an OPENAT to a worker. `Ok(None)`: it would block (EAGAIN), creates or
+/// truncates (never attempted), or the kernel lacks openat2 (before 5.6; RESOLVE_CACHED
+/// since 5.12): open it asynchronously instead. Errors such as ENOENT are final.
+pub fn open_cached(dirfd: i32, path: &std::ffi::CStr, flags: i32) -> std::io::Result<Option<i32>> {
+    if flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE) != 0 || !OPENAT2.with(|o| o.get())
+    {
+        return Ok(None);
+    }
+    // SAFETY: open_how is plain old data; all-zero is its "nothing asked" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_NONBLOCK) as u64;
+    how.resolve = libc::RESOLVE_CACHED;
+    // SAFETY: path is NUL-terminated and how is a valid open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd,
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) => Ok(None),
+            Some(libc::ENOSYS) | Some(libc::E2BIG) => {
+                OPENAT2.with(|o| o.set(false));
+                Ok(None)
+            }
+            // EINVAL: an unknown resolve flag (kernel < 5.12) or bad flags; let the
+            // regular open decide which
+            Some(libc::EINVAL) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let fd = fd as i32;
+    if flags & libc::O_NONBLOCK == 0 {
+        // SAFETY: fd is the descriptor openat2 just returned to us.
+        let cur = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above; clearing O_NONBLOCK on our own fresh descriptor.
+        if cur < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, cur & !libc::O_NONBLOCK) } < 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: closing the descriptor we opened and will not hand out.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+    }
+    Ok(Some(fd))
+}
+
+/// The filesystem magic number (`statfs.f_type`) of an open file, e.g. 0xEF53 for ext4.
+pub fn fs_magic(fd: i32) -> std::io::Result<i64> {
+    // SAFETY: statfs is plain old data; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid statfs we own.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_type as i64)
+}
+
+thread_local! {
+    /// Whether openat2 exists here (cleared on the first ENOSYS).
+    static OPENAT2: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+#[cfg(test)]
+mod open_tests {
+    use super::open_cached;
+    use std::ffi::CString;
+
+    #[test]
+    fn cached_open_of_an_existing_file() {
+        let dir = std::env::temp_dir().join(format!("uk-open-cached-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        std::fs::write(&p, b"hi").unwrap();
+        let c = CString::new(p.to_str().unwrap()).unwrap();
+        // the dentry is hot (just created): opened inline, blocking mode restored
+        let fd = open_cached(libc::AT_FDCWD, &c, libc::O_RDONLY)
+            .unwrap()
+            .expect("a just-created file is in the dentry cache");
+        // SAFETY: fd is ours.
+        let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        assert_eq!(fl & libc::O_NONBLOCK, 0);
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+        // creating opens are never attempted inline
+        assert!(
+            open_cached(libc::AT_FDCWD, &c, libc::O_RDWR | libc::O_CREAT)
+                .unwrap()
+                .is_none()
+        );
+        // a missing file is a final answer
+        let missing = CString::new(dir.join("nope").to_str().unwrap()).unwrap();
+        let e = open_cached(libc::AT_FDCWD, &missing, libc::O_RDONLY).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
