@@ -239,7 +239,9 @@ mod open_tests {
                 .unwrap()
                 .is_none()
         );
-        // a missing file is a final answer
+        // a missing file the dentry cache knows about (a negative dentry, left by the
+        // failed lookup just before) is a final answer
+        assert!(std::fs::metadata(dir.join("nope")).is_err());
         let missing = CString::new(dir.join("nope").to_str().unwrap()).unwrap();
         let e = open_cached(libc::AT_FDCWD, &missing, libc::O_RDONLY).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
