@@ -3,6 +3,7 @@ through the sync stdlib must give the same contents, positions and exceptions.""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 from collections.abc import Callable
@@ -216,3 +217,137 @@ def test_wrong_direction_and_closed(tmp_path: Path, run: Any) -> None:
     assert got[1][0] is ValueError
     assert got[2][0] is io.UnsupportedOperation
     assert got[3][0] is TypeError
+
+
+async def _buffered(opener: Callable[..., Any], path: Path) -> list[Any]:
+    """What another reader sees while a file is written through a buffer (buffering=8192,
+    as stdlib and aiofiles take it): small writes wait for flush/seek/read/close; a
+    write bigger than the buffer goes through with everything before it."""
+    out: list[Any] = []
+
+    def seen() -> bytes:
+        return path.read_bytes()
+
+    async with opener(path, "w+b", buffering=8192) as f:
+        await f.write(b"a" * 100)
+        await f.write(b"b" * 100)
+        out.append((await f.tell(), seen()))
+        await f.flush()
+        out.append(seen())
+        await f.write(b"c" * 50)
+        await f.write(b"D" * 20_000)
+        out.append((await f.tell(), len(seen())))
+        await f.write(b"e" * 10)
+        out.append(await f.seek(5))
+        out.append(len(seen()))
+        await f.write(b"Z")
+        out.append(await f.read(3))  # a read sees the write before it
+        out.append(await f.tell())
+    out.append(seen()[:8])
+    async with opener(path, "ab", buffering=8192) as f:
+        await f.write(b"tail")
+        out.append((await f.tell(), len(seen())))
+    out.append(seen()[-6:])
+    async with opener(path, "wb", buffering=0) as f:
+        await f.write(b"now")
+        out.append(seen())
+    async with opener(path, "w", buffering=1, encoding="utf-8") as f:
+        await f.write("part")
+        out.append(seen())
+        await f.write(" line\nnext")
+        out.append(seen())
+    out.append(seen())
+    return out
+
+
+def _buffered_sync(path: Path) -> list[Any]:
+    out: list[Any] = []
+
+    def seen() -> bytes:
+        return path.read_bytes()
+
+    with open(path, "w+b", buffering=8192) as f:
+        f.write(b"a" * 100)
+        f.write(b"b" * 100)
+        out.append((f.tell(), seen()))
+        f.flush()
+        out.append(seen())
+        f.write(b"c" * 50)
+        f.write(b"D" * 20_000)
+        out.append((f.tell(), len(seen())))
+        f.write(b"e" * 10)
+        out.append(f.seek(5))
+        out.append(len(seen()))
+        f.write(b"Z")
+        out.append(f.read(3))
+        out.append(f.tell())
+    out.append(seen()[:8])
+    with open(path, "ab", buffering=8192) as f:
+        f.write(b"tail")
+        out.append((f.tell(), len(seen())))
+    out.append(seen()[-6:])
+    with open(path, "wb", buffering=0) as f:
+        f.write(b"now")
+        out.append(seen())
+    with open(path, "w", buffering=1, encoding="utf-8") as f:
+        f.write("part")
+        out.append(seen())
+        f.write(" line\nnext")
+        out.append(seen())
+    out.append(seen())
+    return out
+
+
+def test_write_buffering(tmp_path: Path, run: Any) -> None:
+    want = _buffered_sync(tmp_path / "s")
+    assert run(lambda: _buffered(ours, tmp_path / "o")) == want
+    assert run(lambda: _buffered(aiofiles.open, tmp_path / "a")) == want
+
+
+def test_unclosed_file_is_flushed_when_dropped(tmp_path: Path, run: Any) -> None:
+    """Like the stdlib's files: dropped without close(), buffered data is written out
+    (with a ResourceWarning) instead of lost."""
+    import gc
+    import warnings
+
+    p = tmp_path / "f"
+
+    async def go() -> None:
+        f = await aio.open(p, "wb")
+        await f.write(b"kept")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            del f
+            gc.collect()
+        assert any(issubclass(x.category, ResourceWarning) for x in w)
+
+    run(go)
+    assert p.read_bytes() == b"kept"
+
+
+def test_write_error_surfaces_at_flush_and_close(small_fs: Path, run: Any) -> None:
+    """A full disk found when the buffer is written out raises there (flush, or close —
+    which still closes the file), as with the stdlib."""
+    with open(small_fs / "filler", "wb", buffering=0) as fill:
+        with pytest.raises(OSError) as full:
+            while True:
+                fill.write(b"\0" * 65536)
+        assert full.value.errno == errno.ENOSPC
+        while True:  # the last pages too
+            try:
+                fill.write(b"\0" * 512)
+            except OSError:
+                break
+    p = small_fs / "f"
+
+    async def go() -> tuple[Any, Any, bool]:
+        f = await aio.open(p, "wb")
+        await f.write(b"y" * 100)  # buffered: no error yet
+        with pytest.raises(OSError) as at_flush:
+            await f.flush()
+        await f.write(b"z" * 100)
+        with pytest.raises(OSError) as at_close:
+            await f.close()
+        return at_flush.value.errno, at_close.value.errno, f.closed
+
+    assert run(go) == (errno.ENOSPC, errno.ENOSPC, True)

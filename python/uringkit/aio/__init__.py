@@ -29,6 +29,12 @@ from ._file import AsyncFile, AsyncTextFile, _explain_direct
 __all__ = ["AsyncFile", "AsyncTextFile", "backend_name", "open", "os", "read_many", "write_many"]
 
 
+#: Write buffer of files opened with the default `buffering=-1`: bigger than the
+#: stdlib's (st_blksize) because each flush is one asynchronous write — on filesystems
+#: without non-blocking buffered writes (ext4) a trip through an io_uring worker.
+WRITE_BUFFER = 64 * 1024
+
+
 def _flags(mode: str) -> tuple[int, bool, bool, bool, bool]:
     """(flags, readable, writable, append, binary) for a mode string, validated like open()."""
     if not isinstance(mode, str):
@@ -94,6 +100,17 @@ async def open(  # noqa: A001 - the point is to shadow builtins.open
         raise ValueError(f"binary mode doesn't take an {what} argument")
     if buffering == 0 and not binary:
         raise ValueError("can't have unbuffered text I/O")
+    line_buffering = buffering == 1 and not binary
+    if buffering == 1 and binary:
+        import warnings
+
+        warnings.warn(
+            "line buffering (buffering=1) isn't supported in binary mode, the default "
+            "buffer size will be used",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    buffer_size = WRITE_BUFFER if buffering < 0 or buffering == 1 else buffering
     if direct:
         flags |= _os.O_DIRECT
     backend = get_backend(direct=direct)
@@ -127,6 +144,7 @@ async def open(  # noqa: A001 - the point is to shadow builtins.open
             append=append,
             closefd=closefd,
             direct=direct,
+            buffer_size=buffer_size,
         )
     except BaseException:
         if closefd and not isinstance(file, int):
@@ -134,7 +152,7 @@ async def open(  # noqa: A001 - the point is to shadow builtins.open
         raise
     if binary:
         return raw
-    return AsyncTextFile(raw, encoding, errors, newline)
+    return AsyncTextFile(raw, encoding, errors, newline, line_buffering=line_buffering)
 
 
 def _mode_name(mode: str, binary: bool) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import errno
 import io
 import locale
 import os
 import stat
+import warnings
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Generic, TypeVar
 
@@ -98,6 +100,7 @@ class AsyncFile(_Lines[bytes]):
         append: bool,
         closefd: bool,
         direct: bool,
+        buffer_size: int = 0,
     ) -> None:
         self._b = backend
         self._fd = fd
@@ -121,6 +124,11 @@ class AsyncFile(_Lines[bytes]):
         self._buf = b""  # read-ahead for readline/iteration
         self._pool: dict[int, list[AlignedBuffer]] = {}
         self._buf_at = 0
+        # Write buffer (regular files): small writes gather here and go to the kernel in
+        # one write of up to `buffer_size` bytes at `_wat`; `_pos` already counts them.
+        self._wsize = 0 if self._stream or direct else buffer_size
+        self._wbuf = bytearray()
+        self._wat = 0
         self.closed = False
 
     # ----- plumbing ------------------------------------------------------------------------
@@ -140,6 +148,22 @@ class AsyncFile(_Lines[bytes]):
     def _no_stream(self) -> None:
         if self._stream:
             raise OSError(errno.ESPIPE, "Illegal seek")
+
+    async def _flush_w(self) -> None:
+        """Write out the write buffer (the caller checked it is not empty)."""
+        data, at = self._wbuf, self._wat
+        self._wbuf = bytearray()
+        try:
+            await self._b.pwrite(self._fd, data, -1 if self._append else at)
+        except asyncio.CancelledError:
+            raise  # the write was cancelled in flight: like a cancelled write(), unknown
+        except BaseException:
+            if not self._wbuf:  # keep what was not written, as io.BufferedWriter does
+                # (a copy: the failed write's views of `data` may still be alive)
+                self._wbuf, self._wat = bytearray(data), at
+            raise
+        if self._append:
+            self._pos = os.lseek(self._fd, 0, os.SEEK_END) + len(self._wbuf)
 
     def _drop_buf(self) -> None:
         self._buf = b""
@@ -179,6 +203,8 @@ class AsyncFile(_Lines[bytes]):
     async def read(self, size: int | None = -1) -> bytes:
         """Read up to `size` bytes (all to EOF if negative or None)."""
         self._check("r")
+        if self._wbuf:
+            await self._flush_w()
         if size is None or size < 0:
             head = self._from_buf(-1)
             rest = 0 if self._stream else max(0, os.fstat(self._fd).st_size - self._pos)
@@ -210,6 +236,8 @@ class AsyncFile(_Lines[bytes]):
     async def readinto(self, b: Any) -> int:
         """Read into a writable buffer; returns the number of bytes read."""
         self._check("r")
+        if self._wbuf:
+            await self._flush_w()
         mv = memoryview(b).cast("B")
         head = self._from_buf(len(mv))
         mv[: len(head)] = head
@@ -240,6 +268,8 @@ class AsyncFile(_Lines[bytes]):
 
     async def readline(self, size: int | None = -1) -> bytes:
         self._check("r")
+        if self._wbuf:
+            await self._flush_w()
         limit = -1 if size is None else size
         while True:
             start = self._pos - self._buf_at
@@ -256,21 +286,31 @@ class AsyncFile(_Lines[bytes]):
     # ----- writing -------------------------------------------------------------------------
 
     async def write(self, b: Any) -> int:
-        """Write all of `b` (short writes are completed); returns len(b)."""
+        """Write all of `b`; returns len(b). Writes smaller than the buffer are gathered
+        in memory (like the stdlib's buffered files) and reach the kernel on flush(),
+        close(), a seek, a read, or when the buffer fills; larger ones are written at
+        once, short writes completed."""
         self._check("w")
         if isinstance(b, str):
             raise TypeError(f"a bytes-like object is required, not '{type(b).__name__}'")
         mv = memoryview(b).cast("B")
         self._drop_buf()
-        if self._stream:
-            n: int = await self._b.pwrite(self._fd, mv, -1)
+        n = len(mv)
+        if n < self._wsize:
+            if len(self._wbuf) + n > self._wsize:
+                await self._flush_w()
+            if not self._wbuf:
+                self._wat = self._pos
+            self._wbuf += mv
             self._pos += n
             return n
-        if self._append:
-            n = await self._b.pwrite(self._fd, mv, -1)
-            self._pos = os.lseek(self._fd, 0, os.SEEK_CUR)
+        if self._wbuf:
+            await self._flush_w()
+        if self._stream or self._append:
+            n = int(await self._b.pwrite(self._fd, mv, -1))
+            self._pos = self._pos + n if self._stream else os.lseek(self._fd, 0, os.SEEK_CUR)
             return n
-        n = await self._b.pwrite(self._fd, mv, self._pos)
+        n = int(await self._b.pwrite(self._fd, mv, self._pos))
         self._pos += n
         return n
 
@@ -283,6 +323,8 @@ class AsyncFile(_Lines[bytes]):
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._check()
         self._no_stream()
+        if self._wbuf:
+            await self._flush_w()
         if whence == os.SEEK_SET:
             if offset < 0:
                 raise OSError(errno.EINVAL, "Invalid argument")
@@ -305,32 +347,45 @@ class AsyncFile(_Lines[bytes]):
 
     async def truncate(self, size: int | None = None) -> int:
         self._check("w")
+        if self._wbuf:
+            await self._flush_w()
         n = self._pos if size is None else size
         await self._b.run(os.ftruncate, self._fd, n)
         self._drop_buf()
         return n
 
     async def flush(self) -> None:
+        """Write out what write() gathered in memory (a no-op when nothing is)."""
         self._check()
+        if self._wbuf:
+            await self._flush_w()
 
     # ----- durability and positional I/O ---------------------------------------------------
 
     async def fsync(self) -> None:
         self._check()
+        if self._wbuf:
+            await self._flush_w()
         await self._b.fsync(self._fd, False)
 
     async def fdatasync(self) -> None:
         self._check()
+        if self._wbuf:
+            await self._flush_w()
         await self._b.fsync(self._fd, True)
 
     async def fallocate(self, length: int, offset: int = 0, mode: int = 0) -> None:
         self._check("w")
+        if self._wbuf:
+            await self._flush_w()
         await self._b.fallocate(self._fd, mode, offset, length)
 
     async def read_at(self, n: int, offset: int) -> bytes:
         """pread: `n` bytes at `offset` (fewer only at EOF); the position does not move."""
         if self.closed or not self._readable:
             self._check("r")
+        if self._wbuf:
+            await self._flush_w()
         if not self._direct:
             return await self._b.pread(self._fd, n, offset, True)  # type: ignore[no-any-return]
         # O_DIRECT, inlined (this is the hot path of direct-I/O servers): a pooled aligned
@@ -365,6 +420,8 @@ class AsyncFile(_Lines[bytes]):
 
     async def readinto_at(self, buf: Any, offset: int) -> int:
         self._check("r")
+        if self._wbuf:
+            await self._flush_w()
         try:
             return await self._b.preadinto(  # type: ignore[no-any-return]
                 self._fd, buf, offset, nowait=not self._direct
@@ -378,6 +435,8 @@ class AsyncFile(_Lines[bytes]):
         """pwrite: all of `data` at `offset` (or raise); the position does not move."""
         self._check("w")
         self._drop_buf()
+        if self._wbuf:
+            await self._flush_w()
         try:
             return await self._b.pwrite(self._fd, data, offset)  # type: ignore[no-any-return]
         except OSError as e:
@@ -390,21 +449,50 @@ class AsyncFile(_Lines[bytes]):
     async def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
-        if self._closefd:
-            if not self._writable and not self._stream and _closes_inline(self._fd):
-                # A read-only file on a local filesystem: close cannot block (no
-                # ->flush to call; io_uring would close it inline too), so skip the
-                # loop round trip.
-                os.close(self._fd)
-                return
-            await self._b.close(self._fd)
+        try:
+            if self._wbuf:
+                await self._flush_w()
+        finally:
+            self._wbuf = bytearray()
+            self.closed = True
+            if self._closefd:
+                await self._close_fd()
+
+    async def _close_fd(self) -> None:
+        if not self._writable and not self._stream and _closes_inline(self._fd):
+            # A read-only file on a local filesystem: close cannot block (no
+            # ->flush to call; io_uring would close it inline too), so skip the
+            # loop round trip.
+            os.close(self._fd)
+            return
+        await self._b.close(self._fd)
 
     async def __aenter__(self) -> AsyncFile:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def __del__(self) -> None:
+        # Dropped without close(): write out what is buffered and close, synchronously,
+        # as the stdlib's files do (and warn like them).
+        if getattr(self, "closed", True):
+            return
+        warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
+        self.closed = True
+        try:
+            if self._wbuf:
+                data = memoryview(self._wbuf)
+                at = self._wat
+                while data:
+                    n = os.write(self._fd, data) if self._append else os.pwrite(self._fd, data, at)
+                    data, at = data[n:], at + n
+        except OSError:
+            pass
+        finally:
+            if self._closefd:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
 
     def __repr__(self) -> str:
         return f"<uringkit.aio.AsyncFile name={self.name!r} mode={self.mode!r}>"
@@ -418,11 +506,18 @@ class AsyncTextFile(_Lines[str]):
     """
 
     def __init__(
-        self, raw: AsyncFile, encoding: str | None, errors: str | None, newline: str | None
+        self,
+        raw: AsyncFile,
+        encoding: str | None,
+        errors: str | None,
+        newline: str | None,
+        *,
+        line_buffering: bool = False,
     ) -> None:
         if newline not in (None, "", "\n", "\r", "\r\n"):
             raise ValueError(f"illegal newline value: {newline!r}")
         self.buffer = raw
+        self.line_buffering = line_buffering
         self.encoding = encoding or locale.getpreferredencoding(False)
         codecs.lookup(self.encoding)
         self.errors = errors or "strict"
@@ -556,6 +651,8 @@ class AsyncTextFile(_Lines[str]):
             # writing after reading: write at the logical position
             await self.seek(await self.tell())
         await self.buffer.write(text.encode(self.encoding, self.errors))
+        if self.line_buffering and ("\n" in s or "\r" in s):
+            await self.buffer.flush()
         return len(s)
 
     async def writelines(self, lines: Iterable[str]) -> None:
