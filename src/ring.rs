@@ -73,6 +73,9 @@ pub struct Ring {
     /// Completions reaped by a wait() that a signal interrupted, handed out next time.
     leftover: Vec<Completion>,
     batches: u64,
+    /// user_data of `read_future` reads: a range of its own (bit 62 set), so they never
+    /// collide with the caller's numbering.
+    fast_ud: u64,
 }
 
 impl Ring {
@@ -326,6 +329,7 @@ impl Ring {
             leaked: false,
             leftover: Vec::new(),
             batches: 0,
+            fast_ud: 1 << 62,
         })
     }
 
@@ -568,6 +572,51 @@ impl Ring {
             slow.push(self.completion(py, d)?);
         }
         Ok(slow)
+    }
+
+    /// An event loop's fast path for one read, the partner of `dispatch`: queue a READ of
+    /// `nbytes` into `buf` at `offset` (user_data from the ring's own range), create a
+    /// future with `loop.create_future()`, store it as `futures[user_data]` and return it.
+    /// Whenever `early` SQEs are queued, they are submitted at once (so a wave of reads
+    /// reaches the device while the loop is still queueing the rest); otherwise the
+    /// caller submits. `dispatch(futures)` later sets the future to the bytes read (or
+    /// the Completion of a failed read); to cancel, `cancel(user_data)` with the key.
+    #[pyo3(signature = (fd, buf, nbytes, offset, loop_, futures, early=8))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_future<'py>(
+        &mut self,
+        py: Python<'py>,
+        fd: &Bound<'py, PyAny>,
+        buf: &Bound<'py, PyAny>,
+        nbytes: usize,
+        offset: i64,
+        loop_: &Bound<'py, PyAny>,
+        futures: &Bound<'py, PyDict>,
+        early: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let fut = loop_.call_method0(pyo3::intern!(py, "create_future"))?;
+        let ud = self.fast_ud;
+        self.read(
+            fd,
+            Some(buf),
+            offset,
+            Some(nbytes),
+            None,
+            ud,
+            false,
+            false,
+            false,
+            false,
+            false,
+        )?;
+        self.fast_ud = ud + 1;
+        futures.set_item(ud, &fut)?;
+        let core = self.core()?;
+        if core.sq_pending() >= early.max(1) {
+            core.submit()
+                .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
+        }
+        Ok(fut)
     }
 
     // ----- ops -------------------------------------------------------------------------

@@ -71,3 +71,37 @@ def test_dispatch_values(tmp_path: Path) -> None:
     os.close(fd)
     assert short == 100  # plain reads resolve to the int result
     assert isinstance(failed, Completion) and failed.res == -errno.EBADF
+
+
+def test_read_future_queues_creates_and_submits_early(tmp_path: Path) -> None:
+    """Ring.read_future: one call queues the READ, creates the loop's future and files it
+    under a user_data of the ring's own range; every `early` queued SQEs are submitted
+    at once; dispatch resolves them (errors as the Completion)."""
+    p = tmp_path / "f"
+    data = os.urandom(8192)
+    p.write_bytes(data)
+    fd = os.open(p, os.O_RDONLY)
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        with Ring(64) as ring:
+            futs: dict[int, asyncio.Future[object]] = {}
+            bufs = [bytearray(512) for _ in range(10)]
+            before = ring.submit_calls
+            got = [ring.read_future(fd, b, 512, i * 512, loop, futs, 4) for i, b in enumerate(bufs)]
+            # 10 queued with early=4: two submissions happened, 2 SQEs still pending
+            assert ring.submit_calls - before == 2 and ring.pending == 2
+            assert len(set(futs)) == 10 and all(ud >= 1 << 62 for ud in futs)
+            assert [futs[ud] for ud in sorted(futs)] == got
+            bad = ring.read_future(987654, bytearray(8), 8, 0, loop, futs)  # EBADF
+            ring.submit()
+            deadline = time.monotonic() + 5
+            while futs and time.monotonic() < deadline:
+                assert ring.dispatch(futs) == []
+            assert [f.result() for f in got] == [512] * 10
+            assert b"".join(bufs) == data[: 10 * 512]
+            failed = bad.result()
+            assert isinstance(failed, Completion) and failed.res == -errno.EBADF
+
+    asyncio.run(go())
+    os.close(fd)

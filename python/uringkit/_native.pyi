@@ -178,6 +178,16 @@ class Ring:
     def submit(self) -> int: ...
     def wait(self, min_complete: int = 1, timeout: float | None = None) -> list[Completion]: ...
     def dispatch(self, futures: dict[int, Any]) -> list[Completion]: ...
+    def read_future(
+        self,
+        fd: _Fd,
+        buf: _BufferProtocol,
+        nbytes: int,
+        offset: int,
+        loop_: Any,
+        futures: dict[int, Any],
+        early: int = 8,
+    ) -> Any: ...
     def completions(self, max: int | None = None) -> list[Completion]: ...
     def nop(
         self,

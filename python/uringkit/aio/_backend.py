@@ -460,17 +460,18 @@ class RingBackend:
     def start_read(self, fd: int, buf: Any, n: int, offset: int) -> asyncio.Future[Any]:
         """Queue one read into `buf` (O_DIRECT: no page-cache fast path) with this
         iteration's batch; the future gets the bytes read, or the Completion of a failed
-        read. If the awaiting task is cancelled, call `cancel_read`."""
-        fut = self._queue_read(fd, buf, n, offset)
-        self.unsubmitted += 1
-        if self.unsubmitted >= EARLY_SUBMIT:
-            # Many reads queued in one iteration (a wave of completions resubmitting):
-            # hand these to the device now, while the rest of the wave is processed —
-            # otherwise the disk idles while the loop works and the loop idles while
-            # the disk does.
-            self.unsubmitted = 0
-            self.ring.submit()
-        elif not self.flush_pending:
+        read. If the awaiting task is cancelled, call `cancel_read`.
+
+        Many reads queued in one iteration (a wave of completions resubmitting) go to the
+        device every EARLY_SUBMIT, while the rest of the wave is processed — otherwise the
+        disk idles while the loop works and the loop idles while the disk does. One
+        native call queues the SQE, creates the future and does that counting."""
+        if self.closed:
+            raise RuntimeError("the event loop's ring is closed")
+        fut: asyncio.Future[Any] = self.ring.read_future(
+            fd, buf, n, offset, self.loop, self.fast, EARLY_SUBMIT
+        )
+        if not self.flush_pending:
             self.flush_pending = True
             self.loop.call_soon(self._flush)
         return fut
