@@ -576,12 +576,13 @@ impl Ring {
 
     /// An event loop's fast path for one read, the partner of `dispatch`: queue a READ of
     /// `nbytes` into `buf` at `offset` (user_data from the ring's own range), create a
-    /// future with `loop.create_future()`, store it as `futures[user_data]` and return it.
+    /// future by calling `new_future()` (e.g. `loop.create_future`), store it as
+    /// `futures[user_data]` and return it.
     /// Whenever `early` SQEs are queued, they are submitted at once (so a wave of reads
     /// reaches the device while the loop is still queueing the rest); otherwise the
     /// caller submits. `dispatch(futures)` later sets the future to the bytes read (or
     /// the Completion of a failed read); to cancel, `cancel(user_data)` with the key.
-    #[pyo3(signature = (fd, buf, nbytes, offset, loop_, futures, early=8))]
+    #[pyo3(signature = (fd, buf, nbytes, offset, new_future, futures, early=8))]
     #[allow(clippy::too_many_arguments)]
     fn read_future<'py>(
         &mut self,
@@ -590,11 +591,11 @@ impl Ring {
         buf: &Bound<'py, PyAny>,
         nbytes: usize,
         offset: i64,
-        loop_: &Bound<'py, PyAny>,
+        new_future: &Bound<'py, PyAny>,
         futures: &Bound<'py, PyDict>,
         early: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let fut = loop_.call_method0(pyo3::intern!(py, "create_future"))?;
+        let fut = new_future.call0()?;
         let ud = self.fast_ud;
         self.read(
             fd,

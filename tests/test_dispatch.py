@@ -88,12 +88,15 @@ def test_read_future_queues_creates_and_submits_early(tmp_path: Path) -> None:
             futs: dict[int, asyncio.Future[object]] = {}
             bufs = [bytearray(512) for _ in range(10)]
             before = ring.submit_calls
-            got = [ring.read_future(fd, b, 512, i * 512, loop, futs, 4) for i, b in enumerate(bufs)]
+            got = [
+                ring.read_future(fd, b, 512, i * 512, loop.create_future, futs, 4)
+                for i, b in enumerate(bufs)
+            ]
             # 10 queued with early=4: two submissions happened, 2 SQEs still pending
             assert ring.submit_calls - before == 2 and ring.pending == 2
             assert len(set(futs)) == 10 and all(ud >= 1 << 62 for ud in futs)
             assert [futs[ud] for ud in sorted(futs)] == got
-            bad = ring.read_future(987654, bytearray(8), 8, 0, loop, futs)  # EBADF
+            bad = ring.read_future(987654, bytearray(8), 8, 0, loop.create_future, futs)  # EBADF
             ring.submit()
             deadline = time.monotonic() + 5
             while futs and time.monotonic() < deadline:

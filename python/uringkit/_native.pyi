@@ -184,7 +184,7 @@ class Ring:
         buf: _BufferProtocol,
         nbytes: int,
         offset: int,
-        loop_: Any,
+        new_future: Callable[[], Any],
         futures: dict[int, Any],
         early: int = 8,
     ) -> Any: ...

@@ -297,6 +297,13 @@ class RingBackend:
         # futures resolved natively by Ring.dispatch (result: res, or the Completion
         # when res < 0): the hot path of O_DIRECT reads
         self.fast: dict[int, asyncio.Future[Any]] = {}
+        # asyncio's create_future is a Python method around Future(loop=loop): skip the
+        # frame where it is the stock one (uvloop's is native already)
+        self.new_future: Callable[[], asyncio.Future[Any]] = (
+            functools.partial(asyncio.Future, loop=loop)
+            if getattr(type(loop), "create_future", None) is asyncio.BaseEventLoop.create_future
+            else loop.create_future
+        )
         self.unsubmitted = 0
         self.next_ud = 1
         self.flush_pending = False
@@ -469,7 +476,7 @@ class RingBackend:
         if self.closed:
             raise RuntimeError("the event loop's ring is closed")
         fut: asyncio.Future[Any] = self.ring.read_future(
-            fd, buf, n, offset, self.loop, self.fast, EARLY_SUBMIT
+            fd, buf, n, offset, self.new_future, self.fast, EARLY_SUBMIT
         )
         if not self.flush_pending:
             self.flush_pending = True
