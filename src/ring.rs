@@ -586,7 +586,6 @@ impl Ring {
     #[allow(clippy::too_many_arguments)]
     fn read_future<'py>(
         &mut self,
-        py: Python<'py>,
         fd: &Bound<'py, PyAny>,
         buf: &Bound<'py, PyAny>,
         nbytes: usize,
