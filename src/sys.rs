@@ -87,21 +87,29 @@ fn libaio_check() -> i32 {
 }
 
 /// Open `path` inline if that cannot block (path lookup from the dentry cache, the file
-/// opened O_NONBLOCK — what io_uring tries inline itself): the fd, or None when it would
-/// block, when `flags` create or truncate, or when the kernel lacks openat2 with
-/// RESOLVE_CACHED (then open it asynchronously). Failures such as ENOENT raise OSError.
+/// opened O_NONBLOCK — what io_uring tries inline itself; regular files and directories
+/// only): the fd (>= 0); -1 when it would block, when `flags` create or truncate, or when
+/// the kernel lacks openat2 with RESOLVE_CACHED (open it asynchronously); -2 for a FIFO
+/// (its open waits for the other end: open it on a thread). Failures such as ENOENT
+/// raise OSError.
 #[pyfunction]
 #[pyo3(signature = (path, flags, dir_fd=libc::AT_FDCWD))]
-fn open_cached(path: &Bound<'_, PyAny>, flags: i32, dir_fd: i32) -> PyResult<Option<i32>> {
+fn open_cached(path: &Bound<'_, PyAny>, flags: i32, dir_fd: i32) -> PyResult<i32> {
+    use uringkit_core::sys::nowait::CachedOpen;
     let c = crate::convert::path_arg(path)?;
-    uringkit_core::sys::nowait::open_cached(dir_fd, &c, flags).map_err(|e| {
-        let code = e.raw_os_error().unwrap_or(libc::EIO);
-        pyo3::exceptions::PyOSError::new_err((
-            code,
-            crate::convert::strerror(code),
-            path.clone().unbind(),
-        ))
-    })
+    match uringkit_core::sys::nowait::open_cached(dir_fd, &c, flags) {
+        Ok(CachedOpen::Fd(fd)) => Ok(fd),
+        Ok(CachedOpen::WouldBlock) => Ok(-1),
+        Ok(CachedOpen::Fifo) => Ok(-2),
+        Err(e) => {
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            Err(pyo3::exceptions::PyOSError::new_err((
+                code,
+                crate::convert::strerror(code),
+                path.clone().unbind(),
+            )))
+        }
+    }
 }
 
 /// The filesystem magic number (`statfs.f_type`) of an open file (0xEF53 = ext4, …).

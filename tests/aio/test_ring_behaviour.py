@@ -123,6 +123,35 @@ def test_cached_small_file_never_leaves_the_loop(tmp_path: Path, run: Any) -> No
     assert err.filename == str(tmp_path / "missing")
 
 
+def test_fifo_open_waits_for_the_writer(tmp_path: Path, run: Any) -> None:
+    """Opening a FIFO for reading waits for a writer, as builtin open does (io_uring's
+    OPENAT would open it O_NONBLOCK and return at once; uringkit opens FIFOs on a
+    thread), then reads what the writer sends."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def writer() -> None:
+        fd = os.open(fifo, os.O_WRONLY)  # blocks until the reader has opened
+        os.write(fd, b"through the pipe")
+        os.close(fd)
+
+    async def go() -> Any:
+        t = asyncio.ensure_future(aio.open(fifo, "rb"))
+        await asyncio.sleep(0.2)
+        waited = not t.done()
+        th = threading.Thread(target=writer)
+        th.start()
+        f = await asyncio.wait_for(t, 10)
+        data = await f.read()
+        await f.close()
+        th.join()
+        return waited, data
+
+    assert run(go) == (True, b"through the pipe")
+
+
 def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import PROBED
 

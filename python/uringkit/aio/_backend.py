@@ -96,20 +96,9 @@ class ThreadBackend:
 
     async def openat(self, path: Any, flags: int, mode: int) -> int:
         hot = _open_inline(path, flags)
-        if hot is not None:
+        if hot is not None and hot != FIFO:
             return hot
-        cf = _executor().submit(os.open, path, flags, mode)
-        try:
-            fd: int = await asyncio.wrap_future(cf, loop=self.loop)
-        except asyncio.CancelledError:
-            # The open may still finish in its thread: close what nobody will use.
-            def closer(f: concurrent.futures.Future[int]) -> None:
-                if not f.cancelled() and f.exception() is None:
-                    os.close(f.result())
-
-            cf.add_done_callback(closer)
-            raise
-        return fd
+        return await _open_on_thread(self.loop, path, flags, mode)
 
     async def close(self, fd: int) -> None:
         await self.run(os.close, fd)
@@ -426,6 +415,8 @@ class RingBackend:
 
     async def openat(self, path: Any, flags: int, mode: int) -> int:
         hot = _open_inline(path, flags)
+        if hot == FIFO:
+            return await _open_on_thread(self.loop, path, flags, mode)
         if hot is not None:
             return hot
 
@@ -614,17 +605,40 @@ class RingBackend:
         return c.result  # type: ignore[no-any-return]
 
 
+async def _open_on_thread(loop: asyncio.AbstractEventLoop, path: Any, flags: int, mode: int) -> int:
+    """os.open on the thread pool; if the caller gives up, the fd is closed when the
+    open finishes."""
+    cf = _executor().submit(os.open, path, flags, mode)
+    try:
+        fd: int = await asyncio.wrap_future(cf, loop=loop)
+    except asyncio.CancelledError:
+
+        def closer(f: concurrent.futures.Future[int]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                os.close(f.result())
+
+        cf.add_done_callback(closer)
+        raise
+    return fd
+
+
+FIFO = -2
+
+
 def _open_inline(path: Any, flags: int) -> int | None:
     """Open without leaving the loop when that cannot block (dentry-cache lookup, like
-    io_uring's own inline attempt): the fd, or None to open asynchronously."""
+    io_uring's own inline attempt): the fd; None to open asynchronously; FIFO for a
+    FIFO, whose open must wait for the other end — on a thread, as builtin open would
+    (io_uring's OPENAT opens it O_NONBLOCK and does not wait)."""
     if isinstance(path, int):
         return None
     try:
-        return open_cached(path, flags)
+        fd = open_cached(path, flags)
     except OSError as e:
         raise _oserror(-(e.errno or errno.EIO), "open", path) from None
     except (TypeError, ValueError):
         return None  # let the asynchronous open report it as os.open would
+    return fd if fd != -1 else None
 
 
 def _complete(fd: int, rng: tuple[int, int], r: bytes | int) -> bool:

@@ -141,21 +141,22 @@ mod tests {
     }
 }
 
-/// Open `path` only if that cannot block: the lookup from the dentry cache alone
-/// (`openat2` with `RESOLVE_CACHED`; mode is not needed: creating opens are
-/// never tried) and the file opened `O_NONBLOCK` (cleared again
-/// afterwards unless `flags` asked for it) — what io_uring itself tries inline before
-/// handing an OPENAT to a worker. `Ok(None)`: it would block (EAGAIN), creates or
-/// truncates (never attempted), or the kernel lacks openat2 (before 5.6; RESOLVE_CACHED
-/// since 5.12): open it asynchronously instead. Errors such as ENOENT are final.
-pub fn open_cached(dirfd: i32, path: &std::ffi::CStr, flags: i32) -> std::io::Result<Option<i32>> {
-    if flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE) != 0 || !OPENAT2.with(|o| o.get())
-    {
-        return Ok(None);
-    }
+/// What `open_cached` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CachedOpen {
+    /// Opened inline: the descriptor (in blocking mode unless `flags` asked otherwise).
+    Fd(i32),
+    /// Not attempted or it would block: open it asynchronously.
+    WouldBlock,
+    /// A FIFO: its open waits for the other end (io_uring's inline attempt would not,
+    /// as it opens O_NONBLOCK), so open it where blocking is fine — a thread.
+    Fifo,
+}
+
+fn openat2_cached(dirfd: i32, path: &std::ffi::CStr, flags: i32) -> Result<i32, i32> {
     // SAFETY: open_how is plain old data; all-zero is its "nothing asked" value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_NONBLOCK) as u64;
+    how.flags = flags as u64;
     how.resolve = libc::RESOLVE_CACHED;
     // SAFETY: path is NUL-terminated and how is a valid open_how of the size passed.
     let fd = unsafe {
@@ -168,20 +169,62 @@ pub fn open_cached(dirfd: i32, path: &std::ffi::CStr, flags: i32) -> std::io::Re
         )
     };
     if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EAGAIN) => Ok(None),
-            Some(libc::ENOSYS) | Some(libc::E2BIG) => {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
+    } else {
+        Ok(fd as i32)
+    }
+}
+
+/// Open `path` only if that cannot block, as io_uring tries inline before handing an
+/// OPENAT to a worker: the lookup from the dentry cache alone (`openat2` with
+/// `RESOLVE_CACHED`) and the file opened `O_NONBLOCK` (cleared again afterwards unless
+/// `flags` asked for it). A first `O_PATH` open (no side effects) checks the type: only
+/// regular files and directories are opened here. Creating or truncating opens are never
+/// tried, nor is anything where the kernel lacks openat2 (before 5.6; RESOLVE_CACHED
+/// since 5.12). Errors such as ENOENT (from a cached negative lookup) are final.
+pub fn open_cached(dirfd: i32, path: &std::ffi::CStr, flags: i32) -> std::io::Result<CachedOpen> {
+    if flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE) != 0 || !OPENAT2.with(|o| o.get())
+    {
+        return Ok(CachedOpen::WouldBlock);
+    }
+    let blocked = |code: i32| -> std::io::Result<CachedOpen> {
+        match code {
+            libc::EAGAIN => Ok(CachedOpen::WouldBlock),
+            libc::ENOSYS | libc::E2BIG => {
                 OPENAT2.with(|o| o.set(false));
-                Ok(None)
+                Ok(CachedOpen::WouldBlock)
             }
             // EINVAL: an unknown resolve flag (kernel < 5.12) or bad flags; let the
             // regular open decide which
-            Some(libc::EINVAL) => Ok(None),
-            _ => Err(e),
-        };
+            libc::EINVAL => Ok(CachedOpen::WouldBlock),
+            _ => Err(std::io::Error::from_raw_os_error(code)),
+        }
+    };
+    let probe = libc::O_PATH | libc::O_CLOEXEC | (flags & libc::O_NOFOLLOW);
+    let pfd = match openat2_cached(dirfd, path, probe) {
+        Ok(fd) => fd,
+        Err(code) => return blocked(code),
+    };
+    // SAFETY: stat is plain old data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: pfd is the O_PATH descriptor just opened; st is ours.
+    let rc = unsafe { libc::fstat(pfd, &mut st) };
+    // SAFETY: closing our own probe descriptor.
+    unsafe { libc::close(pfd) };
+    if rc != 0 {
+        return Ok(CachedOpen::WouldBlock);
     }
-    let fd = fd as i32;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG | libc::S_IFDIR => {}
+        libc::S_IFIFO => return Ok(CachedOpen::Fifo),
+        _ => return Ok(CachedOpen::WouldBlock),
+    }
+    let fd = match openat2_cached(dirfd, path, flags | libc::O_NONBLOCK) {
+        Ok(fd) => fd,
+        Err(code) => return blocked(code),
+    };
     if flags & libc::O_NONBLOCK == 0 {
         // SAFETY: fd is the descriptor openat2 just returned to us.
         let cur = unsafe { libc::fcntl(fd, libc::F_GETFL) };
@@ -193,7 +236,7 @@ pub fn open_cached(dirfd: i32, path: &std::ffi::CStr, flags: i32) -> std::io::Re
             return Err(e);
         }
     }
-    Ok(Some(fd))
+    Ok(CachedOpen::Fd(fd))
 }
 
 /// The filesystem magic number (`statfs.f_type`) of an open file, e.g. 0xEF53 for ext4.
@@ -214,7 +257,7 @@ thread_local! {
 
 #[cfg(test)]
 mod open_tests {
-    use super::open_cached;
+    use super::{open_cached, CachedOpen};
     use std::ffi::CString;
 
     #[test]
@@ -225,19 +268,26 @@ mod open_tests {
         std::fs::write(&p, b"hi").unwrap();
         let c = CString::new(p.to_str().unwrap()).unwrap();
         // the dentry is hot (just created): opened inline, blocking mode restored
-        let fd = open_cached(libc::AT_FDCWD, &c, libc::O_RDONLY)
-            .unwrap()
-            .expect("a just-created file is in the dentry cache");
+        let CachedOpen::Fd(fd) = open_cached(libc::AT_FDCWD, &c, libc::O_RDONLY).unwrap() else {
+            panic!("a just-created file is in the dentry cache");
+        };
         // SAFETY: fd is ours.
         let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         assert_eq!(fl & libc::O_NONBLOCK, 0);
         // SAFETY: fd is ours.
         unsafe { libc::close(fd) };
         // creating opens are never attempted inline
-        assert!(
-            open_cached(libc::AT_FDCWD, &c, libc::O_RDWR | libc::O_CREAT)
-                .unwrap()
-                .is_none()
+        assert_eq!(
+            open_cached(libc::AT_FDCWD, &c, libc::O_RDWR | libc::O_CREAT).unwrap(),
+            CachedOpen::WouldBlock
+        );
+        // a FIFO is reported, not opened (its open would not wait for the writer)
+        let fifo = CString::new(dir.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: fifo is a valid path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(
+            open_cached(libc::AT_FDCWD, &fifo, libc::O_RDONLY).unwrap(),
+            CachedOpen::Fifo
         );
         // a missing file the dentry cache knows about (a negative dentry, left by the
         // failed lookup just before) is a final answer
