@@ -64,6 +64,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(libaio_check, m)?)?;
     m.add_function(wrap_pyfunction!(open_cached, m)?)?;
     m.add_function(wrap_pyfunction!(fs_magic, m)?)?;
+    m.add_function(wrap_pyfunction!(is_local_fs, m)?)?;
+    m.add_function(wrap_pyfunction!(stat_cached, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait_many, m)?)?;
     m.add_function(wrap_pyfunction!(read_cached_many, m)?)?;
@@ -101,6 +103,68 @@ fn open_cached(path: &Bound<'_, PyAny>, flags: i32, dir_fd: i32) -> PyResult<i32
         Ok(CachedOpen::Fd(fd)) => Ok(fd),
         Ok(CachedOpen::WouldBlock) => Ok(-1),
         Ok(CachedOpen::Fifo) => Ok(-2),
+        Err(e) => {
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            Err(pyo3::exceptions::PyOSError::new_err((
+                code,
+                crate::convert::strerror(code),
+                path.clone().unbind(),
+            )))
+        }
+    }
+}
+
+/// Whether an open file lives on a local filesystem (ext2/3/4, xfs, btrfs, tmpfs): its
+/// stat and close never wait for a server (NFS, FUSE, CIFS… may).
+#[pyfunction]
+fn is_local_fs(fd: i32) -> bool {
+    uringkit_core::sys::nowait::is_local(fd)
+}
+
+/// stat `path` inline if that cannot block (dentry-cache lookup, local filesystem): the
+/// 19 values of `os.stat_result` in its order on Linux (mode, ino, dev, nlink, uid, gid,
+/// size, integer a/m/ctime, float a/m/ctime, a/m/ctime in ns, blksize, blocks, rdev) —
+/// `os.stat_result(t)` makes the result — or None to stat it asynchronously. Failures
+/// such as ENOENT raise OSError.
+#[pyfunction]
+#[pyo3(signature = (path, follow_symlinks=true, dir_fd=libc::AT_FDCWD))]
+fn stat_cached<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+    follow_symlinks: bool,
+    dir_fd: i32,
+) -> PyResult<Option<Bound<'py, pyo3::types::PyTuple>>> {
+    let c = crate::convert::path_arg(path)?;
+    // STATX_BASIC_STATS: what os.stat reports
+    match uringkit_core::sys::nowait::stat_cached(dir_fd, &c, follow_symlinks, 0x07ff) {
+        Ok(Some(st)) => {
+            let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+            let rdev = libc::makedev(st.stx_rdev_major, st.stx_rdev_minor);
+            let (a, m, ct) = (st.stx_atime, st.stx_mtime, st.stx_ctime);
+            let items: [Bound<'py, PyAny>; 19] = [
+                (st.stx_mode as u32).into_pyobject(py)?.into_any(),
+                st.stx_ino.into_pyobject(py)?.into_any(),
+                dev.into_pyobject(py)?.into_any(),
+                st.stx_nlink.into_pyobject(py)?.into_any(),
+                st.stx_uid.into_pyobject(py)?.into_any(),
+                st.stx_gid.into_pyobject(py)?.into_any(),
+                st.stx_size.into_pyobject(py)?.into_any(),
+                a.tv_sec.into_pyobject(py)?.into_any(),
+                m.tv_sec.into_pyobject(py)?.into_any(),
+                ct.tv_sec.into_pyobject(py)?.into_any(),
+                a.as_f64().into_pyobject(py)?.into_any(),
+                m.as_f64().into_pyobject(py)?.into_any(),
+                ct.as_f64().into_pyobject(py)?.into_any(),
+                a.as_ns().into_pyobject(py)?.into_any(),
+                m.as_ns().into_pyobject(py)?.into_any(),
+                ct.as_ns().into_pyobject(py)?.into_any(),
+                st.stx_blksize.into_pyobject(py)?.into_any(),
+                st.stx_blocks.into_pyobject(py)?.into_any(),
+                rdev.into_pyobject(py)?.into_any(),
+            ];
+            Ok(Some(pyo3::types::PyTuple::new(py, items)?))
+        }
+        Ok(None) => Ok(None),
         Err(e) => {
             let code = e.raw_os_error().unwrap_or(libc::EIO);
             Err(pyo3::exceptions::PyOSError::new_err((

@@ -121,3 +121,32 @@ def test_path_helpers_missing(tmp_path: Path, run: Any) -> None:
         ]
 
     assert run(go) == [False, False, False, False]
+
+
+def test_stat_from_memory_when_it_can_be(tmp_path: Path, run: Any) -> None:
+    """A hot file on a local filesystem is stat'ed inline (io_uring's STATX always goes
+    to a worker thread: ~40 µs); other filesystems (here /proc) still go through the
+    ring, with the same answers as os.stat."""
+    from uringkit.aio._backend import RingBackend, get_backend
+
+    p = tmp_path / "f"
+    p.write_bytes(b"abc")
+    os.stat(p)
+
+    async def go() -> Any:
+        await aio.os.stat("/")
+        b = get_backend()
+        calls = (lambda: b.ring.submit_calls) if isinstance(b, RingBackend) else (lambda: 0)
+        c0 = calls()
+        st = await aio.os.stat(p)
+        c1 = calls()
+        proc = await aio.os.stat("/proc/self")
+        c2 = calls()
+        return st, c1 - c0, proc, c2 - c1, isinstance(b, RingBackend)
+
+    st, hot_submits, proc, proc_submits, ring = run(go)
+    assert tuple(st) == tuple(os.stat(p))
+    assert proc.st_ino == os.stat("/proc/self").st_ino
+    assert hot_submits == 0
+    if ring:
+        assert proc_submits == 1

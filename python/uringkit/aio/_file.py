@@ -14,7 +14,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Generic, TypeVar
 
-from .._native import AlignedBuffer, fs_magic
+from .._native import AlignedBuffer, is_local_fs
 from ._backend import RingBackend
 
 T = TypeVar("T", bytes, str)
@@ -33,22 +33,14 @@ def _explain_direct(e: OSError, n: int, offset: int) -> OSError:
     )
 
 
-# Local filesystems whose files have no ->flush on close (statfs f_type): ext2/3/4, xfs,
-# btrfs, tmpfs. FUSE, NFS, CIFS and the like talk to a server on close: those go through
-# the ring.
-_LOCAL_FS = frozenset({0xEF53, 0x58465342, 0x9123683E, 0x01021994})
-_local_dev: dict[int, bool] = {}
-
-
 def _closes_inline(fd: int) -> bool:
+    """A regular file on a local filesystem (ext2/3/4, xfs, btrfs, tmpfs): no ->flush on
+    close. FUSE, NFS, CIFS and the like talk to a server on close: those go through the
+    ring."""
     try:
-        st = os.fstat(fd)
-        local = _local_dev.get(st.st_dev)
-        if local is None:
-            local = _local_dev[st.st_dev] = fs_magic(fd) in _LOCAL_FS
+        return stat.S_ISREG(os.fstat(fd).st_mode) and is_local_fs(fd)
     except OSError:
         return False
-    return local and stat.S_ISREG(st.st_mode)
 
 
 class _Lines(Generic[T]):

@@ -2,11 +2,14 @@
 
 Through io_uring where the kernel has the op (statx, renameat, unlinkat, mkdirat, linkat,
 symlinkat); through the loop's executor otherwise (and everywhere on the thread backend).
+`stat` (and the `path` helpers) answer inline when the path is in the dentry cache on a
+local filesystem: no system call that can block, no worker-thread hop.
 Errors are the same `OSError` subclasses, with the same filenames, as the sync calls.
 """
 
 from __future__ import annotations
 
+import errno
 import os as _os
 import stat as _stat
 import sys as _sys
@@ -14,6 +17,7 @@ import types as _types
 from collections.abc import Callable
 from typing import Any
 
+from .._native import stat_cached
 from ._backend import AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW, RingBackend, get_backend
 
 __all__ = [
@@ -60,6 +64,10 @@ def _dfd(dir_fd: int | None) -> int:
     return AT_FDCWD if dir_fd is None else dir_fd
 
 
+# stat_cached gives os.stat_result's 19 values in their Linux order
+_STAT_FIELDS = _os.stat_result.n_fields == 19
+
+
 def _stat_result(d: dict[str, Any]) -> _os.stat_result:
     seq = (
         d["st_mode"],
@@ -94,7 +102,18 @@ def _stat_result(d: dict[str, Any]) -> _os.stat_result:
 async def stat(
     path: Any, *, dir_fd: int | None = None, follow_symlinks: bool = True
 ) -> _os.stat_result:
-    """os.stat through IORING_OP_STATX. `path` may be an fd."""
+    """os.stat: from memory when the answer is there (a dentry-cache lookup of a file on
+    a local filesystem, no system call that can block), else through IORING_OP_STATX
+    (which io_uring always hands to a worker thread). `path` may be an fd."""
+    if not isinstance(path, int) and _STAT_FIELDS:
+        try:
+            hot = stat_cached(path, follow_symlinks, _dfd(dir_fd))
+        except OSError as e:
+            raise _err(-(e.errno or errno.EIO), path) from None
+        except (TypeError, ValueError):
+            hot = None  # let os.stat / the ring report it
+        if hot is not None:
+            return _os.stat_result(hot)
     r = _ring()
     if r is None:
         return await get_backend().run(  # type: ignore[no-any-return]

@@ -239,6 +239,90 @@ pub fn open_cached(dirfd: i32, path: &std::ffi::CStr, flags: i32) -> std::io::Re
     Ok(CachedOpen::Fd(fd))
 }
 
+/// Filesystems that answer stat from memory (no server to ask): ext2/3/4, xfs, btrfs,
+/// tmpfs. Elsewhere (NFS, FUSE, CIFS…) a stat may wait for the network.
+pub const LOCAL_FS: [i64; 4] = [0xEF53, 0x58465342, 0x9123683E, 0x01021994];
+
+/// `stat` of `path` only if that cannot block: the lookup from the dentry cache alone
+/// (an `O_PATH` `openat2` with `RESOLVE_CACHED`, no side effects), then `statx` of that
+/// descriptor — answered from memory on local filesystems (`LOCAL_FS`; the answer on
+/// others could need a round trip to a server, so those return `Ok(None)`).
+/// `Ok(None)`: stat it asynchronously. Errors such as ENOENT are final.
+pub fn stat_cached(
+    dirfd: i32,
+    path: &std::ffi::CStr,
+    follow: bool,
+    mask: u32,
+) -> std::io::Result<Option<crate::op::KStatx>> {
+    if !OPENAT2.with(|o| o.get()) {
+        return Ok(None);
+    }
+    let flags = libc::O_PATH | libc::O_CLOEXEC | if follow { 0 } else { libc::O_NOFOLLOW };
+    let fd = match openat2_cached(dirfd, path, flags) {
+        Ok(fd) => fd,
+        Err(libc::EAGAIN) | Err(libc::EINVAL) => return Ok(None),
+        Err(libc::ENOSYS) | Err(libc::E2BIG) => {
+            OPENAT2.with(|o| o.set(false));
+            return Ok(None);
+        }
+        Err(code) => return Err(std::io::Error::from_raw_os_error(code)),
+    };
+    let out = (|| {
+        // AT_STATX_DONT_SYNC: never ask a server; the answer is only used where the
+        // filesystem is local, where it is the same answer.
+        let mut st = crate::op::KStatx::default();
+        // SAFETY: "" with AT_EMPTY_PATH makes the kernel use fd itself; st is a statx
+        // buffer we own.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_statx,
+                fd,
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
+                mask,
+                &mut st as *mut crate::op::KStatx,
+            )
+        };
+        if rc < 0 {
+            return Ok(None);
+        }
+        let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+        Ok(local_dev(fd, dev).then_some(st))
+    })();
+    // SAFETY: closing our own O_PATH descriptor.
+    unsafe { libc::close(fd) };
+    out
+}
+
+/// Whether the filesystem of `fd` (on device `dev`) is in `LOCAL_FS`; asked once per
+/// device and thread.
+fn local_dev(fd: i32, dev: u64) -> bool {
+    if let Some(l) = LOCAL_DEV.with(|m| m.borrow().get(&dev).copied()) {
+        return l;
+    }
+    let l = fs_magic(fd).map(|m| LOCAL_FS.contains(&m)).unwrap_or(false);
+    LOCAL_DEV.with(|m| m.borrow_mut().insert(dev, l));
+    l
+}
+
+/// Whether an open file lives on a local filesystem (`LOCAL_FS`): its stat and close
+/// never wait for a server.
+pub fn is_local(fd: i32) -> bool {
+    // SAFETY: stat is plain old data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out pointer; a bad fd just fails.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    local_dev(fd, st.st_dev)
+}
+
+thread_local! {
+    /// st_dev -> whether its filesystem is in LOCAL_FS (asked once per device).
+    static LOCAL_DEV: RefCell<std::collections::HashMap<u64, bool>> =
+        RefCell::new(std::collections::HashMap::new());
+}
+
 /// The filesystem magic number (`statfs.f_type`) of an open file, e.g. 0xEF53 for ext4.
 pub fn fs_magic(fd: i32) -> std::io::Result<i64> {
     // SAFETY: statfs is plain old data; fstatfs fills it.
@@ -289,6 +373,11 @@ mod open_tests {
             open_cached(libc::AT_FDCWD, &fifo, libc::O_RDONLY).unwrap(),
             CachedOpen::Fifo
         );
+        // stat from the cache: the same answer as stat(2)
+        let st = super::stat_cached(libc::AT_FDCWD, &c, true, 0x0fff)
+            .unwrap()
+            .expect("a hot local file");
+        assert_eq!(st.stx_size, 2);
         // a missing file the dentry cache knows about (a negative dentry, left by the
         // failed lookup just before) is a final answer
         assert!(std::fs::metadata(dir.join("nope")).is_err());
