@@ -262,6 +262,21 @@ def main() -> int:
                 out_f.write(chunk)
         res["copy_sync_MiB_per_s"] = (size / (1 << 20)) / (time.perf_counter() - t)
         os.unlink(dst)
+        try:
+            import aiofiles
+        except ImportError:
+            aiofiles = None
+        if aiofiles is not None:
+
+            async def copy_aiofiles() -> None:
+                async with aiofiles.open(path, "rb") as src, aiofiles.open(dst, "wb") as out:
+                    while chunk := await src.read(1 << 20):
+                        await out.write(chunk)
+
+            res["copy_aiofiles_MiB_per_s"] = (size / (1 << 20)) / (
+                timed(L, copy_aiofiles, 1, repeat=1) / 1e6
+            )
+            os.unlink(dst)
 
         # small files
         d = tempfile.mkdtemp(dir=a.dir)
