@@ -302,9 +302,16 @@ class AsyncFile(_Lines[bytes]):
             n = int(await self._b.pwrite(self._fd, mv, -1))
             self._pos = self._pos + n if self._stream else os.lseek(self._fd, 0, os.SEEK_CUR)
             return n
-        n = int(await self._b.pwrite(self._fd, mv, self._pos))
-        self._pos += n
-        return n
+        # Claim the range before awaiting: another task's write meanwhile goes after it
+        # (as the stdlib's lock-protected buffered writer would order them).
+        at = self._pos
+        self._pos = at + n
+        try:
+            return int(await self._b.pwrite(self._fd, mv, at))
+        except BaseException:
+            if self._pos == at + n:  # nothing claimed after us: the position stays
+                self._pos = at
+            raise
 
     async def writelines(self, lines: Iterable[Any]) -> None:
         for line in lines:
