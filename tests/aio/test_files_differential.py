@@ -373,3 +373,19 @@ def test_concurrent_writes_on_one_file_do_not_overlap(tmp_path: Path, run: Any) 
     assert sorted(data.count(bytes([65 + i % 26])) for i in range(26)) == sorted(
         sum(len(x) for x in pieces if x[:1] == bytes([65 + i % 26])) for i in range(26)
     )
+
+
+def test_concurrent_reads_get_consecutive_pieces(tmp_path: Path, run: Any) -> None:
+    import asyncio
+
+    p = tmp_path / "f"
+    data = os.urandom(1 << 20)
+    p.write_bytes(data)
+
+    async def go() -> list[bytes]:
+        async with await aio.open(p, "rb") as f:
+            return list(await asyncio.gather(*(f.read(40_000) for _ in range(30))))
+
+    got = run(go)
+    assert b"".join(got) == data[: len(b"".join(got))]
+    assert sum(map(len, got)) == min(len(data), 30 * 40_000)

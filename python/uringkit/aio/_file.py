@@ -216,10 +216,17 @@ class AsyncFile(_Lines[bytes]):
         head = self._from_buf(size)
         if len(head) == size:
             return head
-        data: bytes = await self._b.pread(
-            self._fd, size - len(head), self._at(self._pos), not self._direct
-        )
-        self._pos += len(data)
+        # claim the range before awaiting, so concurrent reads get consecutive pieces
+        at, want = self._pos, size - len(head)
+        self._pos = at + want
+        try:
+            data: bytes = await self._b.pread(self._fd, want, self._at(at), not self._direct)
+        except BaseException:
+            if self._pos == at + want:
+                self._pos = at
+            raise
+        if len(data) < want and self._pos == at + want:
+            self._pos = at + len(data)
         return head + data if head else data
 
     async def read1(self, size: int = -1) -> bytes:
