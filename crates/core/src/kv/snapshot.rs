@@ -115,48 +115,6 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// Fill `len` bytes of a fresh vector from `f` at `off`.
-fn read_vec<T: Copy>(f: &fs::File, off: u64, count: usize) -> io::Result<Vec<T>> {
-    use std::os::fd::AsRawFd;
-    let bytes = count * std::mem::size_of::<T>();
-    let mut v: Vec<T> = Vec::with_capacity(count);
-    let base = v.as_mut_ptr().cast::<u8>();
-    super::table::hugepage_hint(base, bytes);
-    let mut done = 0usize;
-    while done < bytes {
-        // SAFETY: `base + done .. base + bytes` lies inside the vector's allocation; the
-        // kernel writes plain bytes there and we read it only after it is all written.
-        let n = unsafe {
-            libc::pread(
-                f.as_raw_fd(),
-                base.add(done).cast(),
-                bytes - done,
-                (off + done as u64) as i64,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        done += n as usize;
-    }
-    // SAFETY: all `bytes` bytes were written by pread, and T (u8 or Entry: integers only,
-    // no padding) is valid for any bit pattern.
-    unsafe { v.set_len(count) };
-    Ok(v)
-}
-
-fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: T is u8 or Entry (integers, no padding): every byte is initialised.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
 /// Read `INDEX` if there is one and it is whole; `Ok(None)` when absent or unusable.
 pub fn load(dir: &Path) -> io::Result<Option<Snapshot>> {
     let f = match fs::File::open(dir.join(FILE)) {
@@ -167,24 +125,70 @@ pub fn load(dir: &Path) -> io::Result<Option<Snapshot>> {
     Ok(read(&f).ok().flatten())
 }
 
+/// The snapshot file mapped read-only (copy-on-write private mapping, pre-faulted): the
+/// arrays are checked and copied or scattered straight from the page cache, with no
+/// intermediate buffer.
+struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapped {
+    fn new(f: &fs::File, len: usize) -> io::Result<Mapped> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh read-only private mapping of `len` bytes of an open file; the
+        // kernel picks the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapped { ptr, len })
+    }
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes and lives as long as self. (A
+        // writer never changes INDEX in place — it writes a new file and renames it —
+        // so the bytes cannot change under us; a truncation by someone else would fault,
+        // as it would for any mapped file.)
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `new`, no longer referenced.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
 fn read(f: &fs::File) -> io::Result<Option<Snapshot>> {
     let total = f.metadata()?.len();
-    if total < FIXED as u64 + 4 {
+    if total < FIXED as u64 + 4 || total > usize::MAX as u64 {
         return Ok(None);
     }
-    let fixed: Vec<u8> = read_vec(f, 0, FIXED)?;
-    if &fixed[0..4] != MAGIC || u32_at(&fixed, 4) != VERSION {
+    let map = Mapped::new(f, total as usize)?;
+    let b = map.bytes();
+    let fixed = &b[..FIXED];
+    if &fixed[0..4] != MAGIC || u32_at(fixed, 4) != VERSION {
         return Ok(None);
     }
-    let (seed, check, seq) = (u64_at(&fixed, 8), u64_at(&fixed, 16), u64_at(&fixed, 24));
-    let active = u32_at(&fixed, 32);
-    let nsegs = u32_at(&fixed, 36) as usize;
-    let active_off = u64_at(&fixed, 40);
+    let (seed, check, seq) = (u64_at(fixed, 8), u64_at(fixed, 16), u64_at(fixed, 24));
+    let active = u32_at(fixed, 32);
+    let nsegs = u32_at(fixed, 36) as usize;
+    let active_off = u64_at(fixed, 40);
     let (ctrl_len, entries_len, arena_len, dead) = (
-        u64_at(&fixed, 48),
-        u64_at(&fixed, 56),
-        u64_at(&fixed, 64),
-        u64_at(&fixed, 72),
+        u64_at(fixed, 48),
+        u64_at(fixed, 56),
+        u64_at(fixed, 64),
+        u64_at(fixed, 72),
     );
     let head_len = FIXED as u64 + nsegs as u64 * 24;
     if head_len
@@ -200,54 +204,78 @@ fn read(f: &fs::File) -> io::Result<Option<Snapshot>> {
     {
         return Ok(None);
     }
-    let segtab: Vec<u8> = read_vec(f, FIXED as u64, nsegs * 24)?;
-    let ctrl: Vec<u8> = read_vec(f, head_len, ctrl_len as usize)?;
-    let entries: Vec<Entry> = read_vec(f, head_len + ctrl_len, entries_len as usize / 24)?;
-    let arena: Vec<u8> = read_vec(f, head_len + ctrl_len + entries_len, arena_len as usize)?;
-    let stored: Vec<u8> = read_vec(f, total - 4, 4)?;
-    let mut crc = 0;
-    for part in [&fixed[..], &segtab, &ctrl, as_bytes(&entries), &arena] {
-        crc = crc32c::crc32c_append(crc, part);
-    }
-    if crc != u32_at(&stored, 0) {
+    let body = total as usize - 4;
+    if crc32c::crc32c(&b[..body]) != u32_at(b, body) {
         return Ok(None);
     }
+    let Some((ctrl, slots, arena, segs)) = build(b, head_len, ctrl_len, entries_len, body, nsegs)?
+    else {
+        return Ok(None);
+    };
+    Ok(
+        Index::from_parts(seed, check, ctrl, slots, arena, dead).map(|index| Snapshot {
+            index,
+            seq,
+            active,
+            active_off,
+            segs,
+        }),
+    )
+}
+
+type Built = (Vec<u8>, Vec<Entry>, Vec<u8>, Vec<(u32, SnapSeg)>);
+
+/// The table's arrays from the mapped snapshot (sizes already validated against the
+/// file's length): `Ok(None)` when the control bytes and the entries disagree.
+fn build(
+    b: &[u8],
+    head_len: u64,
+    ctrl_len: u64,
+    entries_len: u64,
+    body: usize,
+    nsegs: usize,
+) -> io::Result<Option<Built>> {
+    let (head_len, ctrl_len, entries_len) =
+        (head_len as usize, ctrl_len as usize, entries_len as usize);
+    let segtab = &b[FIXED..head_len];
+    let ctrl = b[head_len..head_len + ctrl_len].to_vec();
+    let packed = &b[head_len + ctrl_len..head_len + ctrl_len + entries_len];
+    let arena = b[head_len + ctrl_len + entries_len..body].to_vec();
     let segs = (0..nsegs)
         .map(|i| {
             let at = i * 24;
             (
-                u32_at(&segtab, at),
+                u32_at(segtab, at),
                 SnapSeg {
-                    size: u64_at(&segtab, at + 8),
-                    dead: u64_at(&segtab, at + 16),
+                    size: u64_at(segtab, at + 8),
+                    dead: u64_at(segtab, at + 16),
                 },
             )
         })
         .collect();
-    // scatter the entries to the slots their control bytes mark full
-    let buckets = ctrl.len() - GROUP;
+    // Scatter the entries to the slots their control bytes mark full. Branch-free: a
+    // table's control bytes are random, so a branch per slot would mispredict half the
+    // time; every slot is written (an empty one gets a copy of the next entry, which
+    // nothing reads: its control byte says empty).
+    let buckets = ctrl_len - GROUP;
+    let count = entries_len / 24;
+    let full = ctrl[..buckets].iter().filter(|&&c| c < 0x80).count();
+    if full != count {
+        return Ok(None);
+    }
     let mut slots = Entry::zeroed(buckets);
-    let mut next = entries.iter();
-    for (i, &c) in ctrl[..buckets].iter().enumerate() {
-        if c < 0x80 {
-            let Some(e) = next.next() else {
-                return Ok(None); // fewer entries than full slots
-            };
-            slots[i] = *e;
+    if count > 0 {
+        let src = packed.as_ptr();
+        let dst = slots.as_mut_ptr().cast::<u8>();
+        let mut j = 0usize;
+        for (i, &c) in ctrl[..buckets].iter().enumerate() {
+            let from = j.min(count - 1) * 24;
+            // SAFETY: `from + 24 <= entries_len` (j is clamped to the last entry) and slot
+            // i is inside `slots` (i < buckets); the regions do not overlap (mapping vs
+            // heap). Entry is 24 bytes of integers, so any bytes are a valid value.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(from), dst.add(i * 24), 24) };
+            j += (c < 0x80) as usize;
         }
     }
-    if next.next().is_some() {
-        return Ok(None);
-    }
-    drop(entries);
-    let Some(index) = Index::from_parts(seed, check, ctrl, slots, arena, dead) else {
-        return Ok(None);
-    };
-    Ok(Some(Snapshot {
-        index,
-        seq,
-        active,
-        active_off,
-        segs,
-    }))
+    Ok(Some((ctrl, slots, arena, segs)))
 }
