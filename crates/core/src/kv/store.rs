@@ -1811,7 +1811,7 @@ impl Store {
             .collect();
         let mut done = vec![false; cold.len()];
         let mut guard = self.reader.lock().expect("reader");
-        if guard.is_none() {
+        if guard.is_none() && self.opts.use_uring {
             *guard = io_uring::IoUring::new(256).ok();
             if let Some(r) = guard.as_ref() {
                 // Buffered reads of uncached data run on io-wq workers, by default at most
