@@ -63,7 +63,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dio_alignment, m)?)?;
     m.add_function(wrap_pyfunction!(libaio_check, m)?)?;
     m.add_function(wrap_pyfunction!(open_cached, m)?)?;
-    m.add_function(wrap_pyfunction!(fs_magic, m)?)?;
     m.add_function(wrap_pyfunction!(is_local_fs, m)?)?;
     m.add_function(wrap_pyfunction!(stat_cached, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait, m)?)?;
@@ -174,12 +173,6 @@ fn stat_cached<'py>(
             )))
         }
     }
-}
-
-/// The filesystem magic number (`statfs.f_type`) of an open file (0xEF53 = ext4, …).
-#[pyfunction]
-fn fs_magic(fd: i32) -> PyResult<i64> {
-    uringkit_core::sys::nowait::fs_magic(fd).map_err(|e| crate::convert::io_error(e, "fstatfs"))
 }
 
 const RWF_NOWAIT: i32 = 0x8;

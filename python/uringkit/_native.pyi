@@ -25,7 +25,6 @@ __all__ = [
     "libaio_check",
     "memlock_limit",
     "op_table",
-    "fs_magic",
     "is_local_fs",
     "open_cached",
     "stat_cached",
@@ -637,7 +636,6 @@ def run_job(
     progress: Callable[[int, int, float, bool], bool | None] | None = None,
     interval: float = 0.5,
 ) -> dict[str, Any]: ...
-def fs_magic(fd: int) -> int: ...
 def open_cached(path: str | bytes | os.PathLike[Any], flags: int, dir_fd: int = ...) -> int: ...
 def is_local_fs(fd: int) -> bool: ...
 def stat_cached(

@@ -1,9 +1,14 @@
-//! Many page-cache reads in one system call: a batch of io_uring READs flagged
-//! RWF_NOWAIT on a small per-thread ring. Data in the page cache is copied during the
-//! submit itself (the kernel completes those reads inline); a read that would have to
-//! wait for the disk fails at once with EAGAIN instead of blocking, so the caller can
-//! send it down its asynchronous path. Where io_uring is unavailable, one
-//! `preadv2(RWF_NOWAIT)` per read does the same job.
+//! What can be done inline, without ever blocking, before falling back to an
+//! asynchronous path — the same bet io_uring makes with its inline attempt:
+//!
+//! - many page-cache reads in one system call: a batch of io_uring READs flagged
+//!   RWF_NOWAIT on a small per-thread ring. Data in the page cache is copied during the
+//!   submit itself (the kernel completes those reads inline); a read that would have to
+//!   wait for the disk fails at once with EAGAIN instead of blocking, so the caller can
+//!   send it down its asynchronous path. Where io_uring is unavailable, one
+//!   `preadv2(RWF_NOWAIT)` per read does the same job;
+//! - opening a file whose path is in the dentry cache (`open_cached`), and stat'ing one
+//!   on a local filesystem (`stat_cached`): `openat2` with `RESOLVE_CACHED`.
 
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
