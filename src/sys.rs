@@ -87,6 +87,16 @@ fn libaio_check() -> i32 {
     0
 }
 
+/// `OSError(errno, strerror, path)`, as `os.open`/`os.stat` raise it.
+fn path_error(e: std::io::Error, path: &Bound<'_, PyAny>) -> PyErr {
+    let code = e.raw_os_error().unwrap_or(libc::EIO);
+    pyo3::exceptions::PyOSError::new_err((
+        code,
+        crate::convert::strerror(code),
+        path.clone().unbind(),
+    ))
+}
+
 /// Open `path` inline if that cannot block (path lookup from the dentry cache, the file
 /// opened O_NONBLOCK — what io_uring tries inline itself; regular files and directories
 /// only): the fd (>= 0); -1 when it would block, when `flags` create or truncate, or when
@@ -102,14 +112,7 @@ fn open_cached(path: &Bound<'_, PyAny>, flags: i32, dir_fd: i32) -> PyResult<i32
         Ok(CachedOpen::Fd(fd)) => Ok(fd),
         Ok(CachedOpen::WouldBlock) => Ok(-1),
         Ok(CachedOpen::Fifo) => Ok(-2),
-        Err(e) => {
-            let code = e.raw_os_error().unwrap_or(libc::EIO);
-            Err(pyo3::exceptions::PyOSError::new_err((
-                code,
-                crate::convert::strerror(code),
-                path.clone().unbind(),
-            )))
-        }
+        Err(e) => Err(path_error(e, path)),
     }
 }
 
@@ -164,14 +167,7 @@ fn stat_cached<'py>(
             Ok(Some(pyo3::types::PyTuple::new(py, items)?))
         }
         Ok(None) => Ok(None),
-        Err(e) => {
-            let code = e.raw_os_error().unwrap_or(libc::EIO);
-            Err(pyo3::exceptions::PyOSError::new_err((
-                code,
-                crate::convert::strerror(code),
-                path.clone().unbind(),
-            )))
-        }
+        Err(e) => Err(path_error(e, path)),
     }
 }
 

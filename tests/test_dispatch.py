@@ -12,11 +12,16 @@ from pathlib import Path
 from uringkit import Completion, Ring
 
 
-def test_dispatch_resolves_futures_and_returns_the_rest(tmp_path: Path) -> None:
+def _random_file(tmp_path: Path, size: int) -> tuple[bytes, int]:
+    """`size` random bytes in a file, and a read-only fd of it."""
     p = tmp_path / "f"
-    data = os.urandom(4096)
+    data = os.urandom(size)
     p.write_bytes(data)
-    fd = os.open(p, os.O_RDONLY)
+    return data, os.open(p, os.O_RDONLY)
+
+
+def test_dispatch_resolves_futures_and_returns_the_rest(tmp_path: Path) -> None:
+    data, fd = _random_file(tmp_path, 4096)
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
@@ -77,10 +82,7 @@ def test_read_future_queues_creates_and_submits_early(tmp_path: Path) -> None:
     """Ring.read_future: one call queues the READ, creates the loop's future and files it
     under a user_data of the ring's own range; every `early` queued SQEs are submitted
     at once; dispatch resolves them (errors as the Completion)."""
-    p = tmp_path / "f"
-    data = os.urandom(8192)
-    p.write_bytes(data)
-    fd = os.open(p, os.O_RDONLY)
+    data, fd = _random_file(tmp_path, 8192)
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
