@@ -30,6 +30,9 @@ async def main():
                 off = (i * 7 % 256) * 4096
                 return await f.read_at(4096, off) == data[off:off + 4096]
         out["direct_reads_ok"] = all(await asyncio.gather(*(one(i) for i in range(500))))
+        ranges = [((i * 37) % 256 * 4096, 4096) for i in range(64)]
+        got = await aio.read_many(f, ranges)
+        out["read_many_ok"] = got == [data[o:o + n] for o, n in ranges]
         try:
             await f.read_at(100, 3)
             out["misaligned"] = "no error"
@@ -63,6 +66,7 @@ def test_libaio_serves_direct_io_when_io_uring_is_blocked(tmp_path: Path) -> Non
     r = json.loads(out.stdout)
     assert r["backend"] == "libaio"
     assert r["direct_reads_ok"] is True
+    assert r["read_many_ok"] is True
     assert r["misaligned"][0] == 22 and "align" in r["misaligned"][1]
     assert r["direct_write"] == 8192 and r["written_ok"] is True
     assert r["buffered_ok"] is True
