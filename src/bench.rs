@@ -71,6 +71,11 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
         iodepth: get(d, "iodepth", 1u32)?,
         iodepth_batch_submit: get(d, "iodepth_batch_submit", 1u32)?,
         iodepth_batch_complete_min: get(d, "iodepth_batch_complete_min", 1u32)?,
+        iodepth_batch_complete_max: get(
+            d,
+            "iodepth_batch_complete_max",
+            get(d, "iodepth_batch_complete_min", 1u32)?,
+        )?,
         direct: get(d, "direct", false)?,
         runtime: runtime.filter(|r| *r > 0.0).map(Duration::from_secs_f64),
         time_based: get(d, "time_based", false)?,

@@ -82,3 +82,21 @@ def test_bad_values() -> None:
         parse_cmdline(["--name=x", "--filename=f", "--ioengine=libaio", "--sqthread_poll=1"])
     with pytest.raises(JobError, match="needs a value"):
         parse_cmdline(["--name=x", "--rw"])
+
+
+def test_batch_complete_max_defaults_to_min_like_fio() -> None:
+    """fio: iodepth_batch_complete_max "by default is equal to iodepth_batch_complete_min"
+    (so fio handles one completion at a time however big iodepth_batch_submit is);
+    it is passed to the native job and to fio's command line, never dropped."""
+    from uringkit.bench.fio import command
+
+    base = "--name=j --filename=/tmp/F --size=1m --iodepth=32 --iodepth_batch_submit=32"
+    (d,) = parse_cmdline(base.split())
+    assert d.to_native()["iodepth_batch_complete_max"] == 1
+    (m,) = parse_cmdline([*base.split(), "--iodepth_batch_complete_min=4"])
+    assert m.to_native()["iodepth_batch_complete_max"] == 4
+    (x,) = parse_cmdline([*base.split(), "--iodepth_batch_complete_max=16"])
+    assert x.to_native()["iodepth_batch_complete_max"] == 16
+    assert "--iodepth_batch_complete_max=16" in command(x)
+    (big,) = parse_cmdline([*base.split(), "--iodepth_batch_complete_max=999"])
+    assert big.to_native()["iodepth_batch_complete_max"] == 32

@@ -40,6 +40,7 @@ def command(job: Job) -> list[str]:
         f"--iodepth={n['iodepth']}",
         f"--iodepth_batch_submit={n['iodepth_batch_submit']}",
         f"--iodepth_batch_complete_min={n['iodepth_batch_complete_min']}",
+        f"--iodepth_batch_complete_max={n['iodepth_batch_complete_max']}",
         f"--direct={int(n['direct'])}",
         f"--numjobs={n['numjobs']}",
         "--group_reporting=1",

@@ -200,6 +200,8 @@ class Job:
         depth = o.get("iodepth", 1)
         bsub = o.get("iodepth_batch_submit", 1) or 1
         bcomp = o.get("iodepth_batch_complete_min", 1) or 1
+        # fio: "by default it is equal to iodepth_batch_complete_min"
+        bmax = max(o.get("iodepth_batch_complete_max", bcomp) or bcomp, bcomp)
         return {
             "name": self.name,
             "filename": o["filename"],
@@ -210,6 +212,7 @@ class Job:
             "iodepth": depth,
             "iodepth_batch_submit": min(bsub, depth),
             "iodepth_batch_complete_min": min(bcomp, depth),
+            "iodepth_batch_complete_max": min(bmax, depth),
             "direct": bool(o.get("direct", False)),
             "runtime": o.get("runtime"),
             "time_based": bool(o.get("time_based", False)),

@@ -57,6 +57,9 @@ pub struct JobSpec {
     pub iodepth: u32,
     pub iodepth_batch_submit: u32,
     pub iodepth_batch_complete_min: u32,
+    /// At most this many completions handled per reap (fio's default: the min); the
+    /// rest wait for the next round, as fio leaves them in the CQ ring.
+    pub iodepth_batch_complete_max: u32,
     pub direct: bool,
     pub runtime: Option<Duration>,
     pub time_based: bool,
@@ -500,6 +503,8 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     };
     let batch_submit = spec.iodepth_batch_submit.clamp(1, depth) as usize;
     let batch_complete = spec.iodepth_batch_complete_min.clamp(1, depth) as usize;
+    let batch_complete_max =
+        (spec.iodepth_batch_complete_max as usize).clamp(batch_complete, depth as usize);
     let io_limit = if spec.time_based { u64::MAX } else { spec.size };
     let mut issued_bytes: u64 = 0;
     let mut measuring = shared.measuring.load(Ordering::Acquire);
@@ -508,6 +513,9 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     let mut sys_start = sys0;
     let mut queued: Vec<u32> = Vec::with_capacity(depth as usize);
     let mut cqes: Vec<Cqe> = Vec::with_capacity(depth as usize * 2);
+    // completions reaped but not handled yet (beyond iodepth_batch_complete_max)
+    let mut backlog: std::collections::VecDeque<Cqe> =
+        std::collections::VecDeque::with_capacity(depth as usize * 2);
     let mut in_flight = 0usize;
     let mut verify_buf_errors = 0u64;
     let mut first_verify: Option<String> = None;
@@ -600,7 +608,10 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             let t_before = Instant::now();
             // With the queue full, the wait below hands these SQEs to the kernel in the same
             // io_uring_enter (submit + wait in one system call, like fio's engine does).
-            let deferred = eng.waits_submit() && free.is_empty() && !stopping;
+            // (only when the reap below will really enter the kernel to wait: with
+            // completions already in hand it does not, and these must go now)
+            let waits = backlog.len() < batch_complete.min(in_flight + queued.len());
+            let deferred = eng.waits_submit() && free.is_empty() && waits && !stopping;
             if !deferred {
                 eng.submit()?;
             }
@@ -628,10 +639,18 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
         } else {
             0
         };
-        cqes.clear();
-        eng.reap(want, &mut cqes)?;
+        // Handle at most iodepth_batch_complete_max completions (fio's default: one at a
+        // time when the min is 1), the rest next round — so the queue refills as fio's
+        // does, one I/O per completion, instead of in waves.
+        if backlog.len() < want.max(1) {
+            cqes.clear();
+            eng.reap(want.saturating_sub(backlog.len()), &mut cqes)?;
+            backlog.extend(cqes.drain(..));
+        }
         let t_done = Instant::now();
-        for c in cqes.drain(..) {
+        let take = backlog.len().min(batch_complete_max);
+        for _ in 0..take {
+            let c = backlog.pop_front().expect("counted");
             let st = &mut slots[c.slot as usize];
             if !st.busy {
                 continue;
@@ -805,6 +824,7 @@ mod tests {
             iodepth: 8,
             iodepth_batch_submit: 1,
             iodepth_batch_complete_min: 1,
+            iodepth_batch_complete_max: 1,
             direct: false,
             runtime: None,
             time_based: false,
