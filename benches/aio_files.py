@@ -9,7 +9,9 @@ Workloads:
 - the same with O_DIRECT (uringkit only: no asyncio peer can do O_DIRECT);
 - read_many of 64 ranges per call vs a sync os.pread loop: page cache hot, evicted, and
   O_DIRECT (RocksDB's MultiGet case: the ranges come from disk);
-- a sequential 1 MiB-chunk copy, reading 10,000 small files, write+fsync of 1,000 files.
+- a sequential 1 MiB-chunk copy, reading 10,000 small files, write+fsync of 1,000 files,
+  stat of hot files, and 81-byte writes to one file (log lines) — each with the sync
+  stdlib (and aiofiles where it applies) in the same run.
 
 "scaffolding" is the floor: the same task shapes with a blocking os.pread inside — what
 no async library can go below. Prints µs per op and ratios to the floor.
@@ -319,6 +321,48 @@ def main() -> int:
                 fh.flush()
                 os.fsync(fh.fileno())
         res["write_fsync_sync_us_per_file"] = (time.perf_counter() - t) * 1e6 / 1000
+
+        # stat of hot files; many small writes to one file (log lines): ours, sync, aiofiles
+        nstat = names[:2000]
+
+        async def stats() -> None:
+            for nm in nstat:
+                await aio.os.stat(nm)
+
+        res["stat_us"] = timed(L, stats, len(nstat))
+        t = time.perf_counter()
+        for nm in nstat:
+            os.stat(nm)
+        res["stat_sync_us"] = (time.perf_counter() - t) * 1e6 / len(nstat)
+        line = b"x" * 80 + b"\n"
+        nlines = 20_000
+        log = os.path.join(d, "log")
+
+        async def lines() -> None:
+            async with await aio.open(log, "wb") as f:
+                for _ in range(nlines):
+                    await f.write(line)
+
+        res["small_write_us"] = timed(L, lines, nlines)
+        t = time.perf_counter()
+        with open(log, "wb") as fh:
+            for _ in range(nlines):
+                fh.write(line)
+        res["small_write_sync_us"] = (time.perf_counter() - t) * 1e6 / nlines
+        if aiofiles is not None:
+            import aiofiles.os
+
+            async def stats_aiofiles() -> None:
+                for nm in nstat[:500]:
+                    await aiofiles.os.stat(nm)
+
+            async def lines_aiofiles() -> None:
+                async with aiofiles.open(log, "wb") as f:
+                    for _ in range(nlines // 10):
+                        await f.write(line)
+
+            res["stat_aiofiles_us"] = timed(L, stats_aiofiles, 500, repeat=1)
+            res["small_write_aiofiles_us"] = timed(L, lines_aiofiles, nlines // 10, repeat=1)
         import shutil
 
         shutil.rmtree(d)
