@@ -348,9 +348,20 @@ def test_write_error_surfaces_at_flush_and_close(small_fs: Path, run: Any) -> No
         await f.write(b"z" * 100)
         with pytest.raises(OSError) as at_close:
             await f.close()
-        return at_flush.value.errno, at_close.value.errno, f.closed
+        g = await aio.open(p, "r+b", buffering=0)
+        with pytest.raises(OSError) as unbuffered:
+            await g.write_at(b"w" * 8192, 1 << 20)
+        await g.close()
+        return (
+            at_flush.value.errno,
+            at_close.value.errno,
+            f.closed,
+            unbuffered.value.errno,
+            {at_flush.value.filename, at_close.value.filename, unbuffered.value.filename},
+        )
 
-    assert run(go) == (errno.ENOSPC, errno.ENOSPC, True)
+    # ENOSPC with the path, wherever it surfaces (as the stdlib reports it)
+    assert run(go) == (errno.ENOSPC, errno.ENOSPC, True, errno.ENOSPC, {str(p)})
 
 
 def test_concurrent_writes_on_one_file_do_not_overlap(tmp_path: Path, run: Any) -> None:

@@ -146,7 +146,7 @@ class AsyncFile(_Lines[bytes]):
         data, at = self._wbuf, self._wat
         self._wbuf = bytearray()
         try:
-            await self._b.pwrite(self._fd, data, -1 if self._append else at)
+            await self._pwrite(data, -1 if self._append else at)
         except asyncio.CancelledError:
             raise  # the write was cancelled in flight: like a cancelled write(), unknown
         except BaseException:
@@ -156,6 +156,31 @@ class AsyncFile(_Lines[bytes]):
             raise
         if self._append:
             self._pos = os.lseek(self._fd, 0, os.SEEK_END) + len(self._wbuf)
+
+    def _named(self, e: OSError) -> OSError:
+        """`e` with the file's name, as the stdlib's errors carry it (ENOSPC, EIO…)."""
+        if e.filename is not None or not isinstance(self.name, (str, bytes, os.PathLike)):
+            return e
+        return OSError(e.errno, e.strerror, os.fspath(self.name))
+
+    async def _pwrite(self, data: Any, offset: int) -> int:
+        try:
+            return int(await self._b.pwrite(self._fd, data, offset))
+        except OSError as e:
+            raise self._named(e) from None
+
+    async def _fsync(self, datasync: bool) -> None:
+        try:
+            await self._b.fsync(self._fd, datasync)
+        except OSError as e:
+            raise self._named(e) from None
+
+    async def _pread(self, n: int, offset: int) -> bytes:
+        try:
+            data: bytes = await self._b.pread(self._fd, n, offset, not self._direct)
+        except OSError as e:
+            raise self._named(e) from None
+        return data
 
     def _drop_buf(self) -> None:
         self._buf = b""
@@ -204,9 +229,7 @@ class AsyncFile(_Lines[bytes]):
             while True:
                 # the known size first (so a cached file is one inline read), then chunks
                 # until EOF (the file may have grown)
-                chunk: bytes = await self._b.pread(
-                    self._fd, rest or CHUNK, self._at(self._pos), not self._direct
-                )
+                chunk = await self._pread(rest or CHUNK, self._at(self._pos))
                 if not chunk:
                     break
                 parts.append(chunk)
@@ -220,7 +243,7 @@ class AsyncFile(_Lines[bytes]):
         at, want = self._pos, size - len(head)
         self._pos = at + want
         try:
-            data: bytes = await self._b.pread(self._fd, want, self._at(at), not self._direct)
+            data = await self._pread(want, self._at(at))
         except BaseException:
             if self._pos == at + want:
                 self._pos = at
@@ -242,9 +265,12 @@ class AsyncFile(_Lines[bytes]):
         mv[: len(head)] = head
         if len(head) == len(mv):
             return len(head)
-        n: int = await self._b.preadinto(
-            self._fd, mv[len(head) :], self._at(self._pos), not self._direct
-        )
+        try:
+            n: int = await self._b.preadinto(
+                self._fd, mv[len(head) :], self._at(self._pos), not self._direct
+            )
+        except OSError as e:
+            raise self._named(e) from None
         self._pos += n
         return len(head) + n
 
@@ -257,7 +283,7 @@ class AsyncFile(_Lines[bytes]):
             self._buf = b""
             self._buf_at = self._pos
         at = self._buf_at + len(self._buf)
-        data = await self._b.pread(self._fd, CHUNK, self._at(at), not self._direct)
+        data = await self._pread(CHUNK, self._at(at))
         if not data:
             return False
         start = self._pos - self._buf_at
@@ -306,7 +332,7 @@ class AsyncFile(_Lines[bytes]):
         if self._wbuf:
             await self._flush_w()
         if self._stream or self._append:
-            n = int(await self._b.pwrite(self._fd, mv, -1))
+            n = await self._pwrite(mv, -1)
             self._pos = self._pos + n if self._stream else os.lseek(self._fd, 0, os.SEEK_CUR)
             return n
         # Claim the range before awaiting: another task's write meanwhile goes after it
@@ -314,7 +340,7 @@ class AsyncFile(_Lines[bytes]):
         at = self._pos
         self._pos = at + n
         try:
-            return int(await self._b.pwrite(self._fd, mv, at))
+            return await self._pwrite(mv, at)
         except BaseException:
             if self._pos == at + n:  # nothing claimed after us: the position stays
                 self._pos = at
@@ -356,7 +382,10 @@ class AsyncFile(_Lines[bytes]):
         if self._wbuf:
             await self._flush_w()
         n = self._pos if size is None else size
-        await self._b.run(os.ftruncate, self._fd, n)
+        try:
+            await self._b.run(os.ftruncate, self._fd, n)
+        except OSError as e:
+            raise self._named(e) from None
         self._drop_buf()
         return n
 
@@ -372,19 +401,22 @@ class AsyncFile(_Lines[bytes]):
         self._check()
         if self._wbuf:
             await self._flush_w()
-        await self._b.fsync(self._fd, False)
+        await self._fsync(False)
 
     async def fdatasync(self) -> None:
         self._check()
         if self._wbuf:
             await self._flush_w()
-        await self._b.fsync(self._fd, True)
+        await self._fsync(True)
 
     async def fallocate(self, length: int, offset: int = 0, mode: int = 0) -> None:
         self._check("w")
         if self._wbuf:
             await self._flush_w()
-        await self._b.fallocate(self._fd, mode, offset, length)
+        try:
+            await self._b.fallocate(self._fd, mode, offset, length)
+        except OSError as e:
+            raise self._named(e) from None
 
     async def read_at(self, n: int, offset: int) -> bytes:
         """pread: `n` bytes at `offset` (fewer only at EOF); the position does not move."""
@@ -393,7 +425,10 @@ class AsyncFile(_Lines[bytes]):
         if self._wbuf:
             await self._flush_w()
         if not self._direct:
-            return await self._b.pread(self._fd, n, offset, True)  # type: ignore[no-any-return]
+            try:
+                return await self._b.pread(self._fd, n, offset, True)  # type: ignore[no-any-return]
+            except OSError as e:
+                raise self._named(e) from None
         # O_DIRECT, inlined (this is the hot path of direct-I/O servers): a pooled aligned
         # buffer, one read through the backend, the data copied out.
         pool = self._pool.get(n)
@@ -434,7 +469,7 @@ class AsyncFile(_Lines[bytes]):
             )
         except OSError as e:
             if not self._direct:
-                raise
+                raise self._named(e) from None
             raise _explain_direct(e, len(memoryview(buf)), offset) from None
 
     async def write_at(self, data: Any, offset: int) -> int:
@@ -447,7 +482,7 @@ class AsyncFile(_Lines[bytes]):
             return await self._b.pwrite(self._fd, data, offset)  # type: ignore[no-any-return]
         except OSError as e:
             if not self._direct:
-                raise
+                raise self._named(e) from None
             raise _explain_direct(e, len(memoryview(data)), offset) from None
 
     # ----- lifecycle -----------------------------------------------------------------------
