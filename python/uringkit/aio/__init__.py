@@ -87,7 +87,13 @@ async def open(  # noqa: A001 - the point is to shadow builtins.open
     """Open a file; same signature and behaviour as `aiofiles.open` / builtin `open`.
 
     Returns an `AsyncFile` (binary modes) or an `AsyncTextFile` (text modes), usable with
-    `async with` and `async for`. `direct=True` opens with O_DIRECT: I/O then bypasses the
+    `async with` and `async for`. Writes are buffered as with the stdlib: `buffering=-1`
+    gathers small writes in a 64 KiB buffer written out on flush(), close(), a seek or a
+    read (or when full), `0` writes through (binary only), `1` flushes at each newline
+    (text only), `N` is an N-byte buffer; errors of a buffered write surface where the
+    buffer is written, with the file's path.
+
+    `direct=True` opens with O_DIRECT: I/O then bypasses the
     page cache and must be aligned (`read_at`/`readinto_at` with an aligned buffer, such as
     `uringkit.aligned_buffer`, and block-multiple offsets and lengths); misalignment raises
     EINVAL with the reason.
