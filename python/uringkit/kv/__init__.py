@@ -188,8 +188,8 @@ def open(  # noqa: A001
     thread, 20-35 % slower for a caller that waits anyway; the async API writes its
     groups on the event loop's ring so the loop never blocks).
 
-    Closing writes the whole index to `INDEX` (about 72 MB and ~0.15 s per million
-    16-byte keys) so that the next open reads it back instead of rebuilding it (~60 ms
+    Closing writes the whole index to `INDEX` (about 46 MB and ~60 ms per million
+    16-byte keys) so that the next open maps it instead of rebuilding it (~20-40 ms
     instead of ~0.3 s per million keys); `index_snapshot=False` skips both (and removes
     an old snapshot at close).
     """
