@@ -291,41 +291,18 @@ pub fn stat_cached(
         if rc < 0 {
             return Ok(None);
         }
-        let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
-        Ok(local_dev(fd, dev).then_some(st))
+        Ok(is_local(fd).then_some(st))
     })();
     // SAFETY: closing our own O_PATH descriptor.
     unsafe { libc::close(fd) };
     out
 }
 
-/// Whether the filesystem of `fd` (on device `dev`) is in `LOCAL_FS`; asked once per
-/// device and thread.
-fn local_dev(fd: i32, dev: u64) -> bool {
-    if let Some(l) = LOCAL_DEV.with(|m| m.borrow().get(&dev).copied()) {
-        return l;
-    }
-    let l = fs_magic(fd).map(|m| LOCAL_FS.contains(&m)).unwrap_or(false);
-    LOCAL_DEV.with(|m| m.borrow_mut().insert(dev, l));
-    l
-}
-
 /// Whether an open file lives on a local filesystem (`LOCAL_FS`): its stat and close
-/// never wait for a server.
+/// never wait for a server. (One fstatfs each time: a cache by device number could go
+/// stale, as anonymous device numbers are reused after an unmount.)
 pub fn is_local(fd: i32) -> bool {
-    // SAFETY: stat is plain old data; fstat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: st is a valid out pointer; a bad fd just fails.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return false;
-    }
-    local_dev(fd, st.st_dev)
-}
-
-thread_local! {
-    /// st_dev -> whether its filesystem is in LOCAL_FS (asked once per device).
-    static LOCAL_DEV: RefCell<std::collections::HashMap<u64, bool>> =
-        RefCell::new(std::collections::HashMap::new());
+    fs_magic(fd).map(|m| LOCAL_FS.contains(&m)).unwrap_or(false)
 }
 
 /// The filesystem magic number (`statfs.f_type`) of an open file, e.g. 0xEF53 for ext4.
