@@ -47,7 +47,7 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
             single_issuer: get(d, "single_issuer", false)?,
             defer_taskrun: get(d, "defer_taskrun", false)?,
             coop_taskrun: get(d, "coop_taskrun", false)?,
-            // fio's io_uring engine sets COOP_TASKRUN | SINGLE_ISSUER by default; do the
+            // fio's io_uring engine sets COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN by default; do the
             // same unless the job chose task-run flags itself.
             fio_defaults: ["single_issuer", "defer_taskrun", "coop_taskrun"]
                 .iter()

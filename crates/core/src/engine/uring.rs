@@ -30,15 +30,25 @@ unsafe impl Send for Uring {}
 
 impl Uring {
     pub fn new(fd: i32, bufs: Buffers, depth: u32, o: &UringOpts) -> io::Result<Self> {
-        if o.fio_defaults && !o.sqthread_poll {
-            let tuned = UringOpts {
-                coop_taskrun: true,
-                single_issuer: true,
-                fio_defaults: false,
-                ..o.clone()
-            };
-            if let Ok(u) = Self::new(fd, bufs, depth, &tuned) {
-                return Ok(u);
+        if o.fio_defaults {
+            // fio's io_uring engine asks for COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN
+            // and retries without DEFER_TASKRUN + SINGLE_ISSUER (SQPOLL refuses them, so
+            // do older kernels), then without COOP_TASKRUN: the same ladder here.
+            let ladder = [(true, true), (true, false), (false, false)];
+            for (coop, defer) in ladder {
+                if defer && o.sqthread_poll {
+                    continue;
+                }
+                let tuned = UringOpts {
+                    coop_taskrun: coop,
+                    single_issuer: defer,
+                    defer_taskrun: defer,
+                    fio_defaults: false,
+                    ..o.clone()
+                };
+                if let Ok(u) = Self::new(fd, bufs, depth, &tuned) {
+                    return Ok(u);
+                }
             }
         }
         let mut b = IoUring::builder();
