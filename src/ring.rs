@@ -201,12 +201,40 @@ impl Ring {
 
     /// Cancel everything, wait (GIL released) for the kernel to let go of all memory, then
     /// drop the ring. If the kernel does not finish in time, leak rather than free.
+    /// Registered buffers and buffer rings the kernel may still write into: never freed.
+    fn forget_registered(&mut self) {
+        if let Some(f) = self.fixed.take() {
+            std::mem::forget(f);
+        }
+        for (_, b) in self.buf_rings.drain() {
+            std::mem::forget(b);
+        }
+        self.leaked = true;
+    }
+
     fn shutdown_ring(&mut self, py: Python<'_>) -> PyResult<()> {
         let Some(mut core) = self.core.take() else {
             return Ok(());
         };
         let mut sink = Vec::new();
         let res = core.begin_close();
+        if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::EEXIST)) {
+            // A single-issuer ring closed from another thread: it cannot be driven from
+            // here. Close its fd (the kernel cancels the ops) and keep their memory.
+            let n = core.abandon();
+            self.forget_registered();
+            let msg = format!(
+                "Ring.close() from a thread other than this SINGLE_ISSUER ring's own: {n} \
+                 ops in flight were left to the kernel to cancel, and their memory is kept \
+                 (leaked) since it cannot be known when the kernel is done with it"
+            );
+            return PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyResourceWarning>(),
+                &std::ffi::CString::new(msg).expect("no NUL"),
+                1,
+            );
+        }
         let deadline = Instant::now() + CLOSE_LIMIT;
         if res.is_ok() {
             while !core.quiescent() && Instant::now() < deadline {
@@ -227,13 +255,7 @@ impl Ring {
             let n = core.in_flight();
             // The kernel may still write into memory these ops own: never free it.
             std::mem::forget(core);
-            if let Some(f) = self.fixed.take() {
-                std::mem::forget(f);
-            }
-            for (_, b) in self.buf_rings.drain() {
-                std::mem::forget(b);
-            }
-            self.leaked = true;
+            self.forget_registered();
             Err(PyRuntimeError::new_err(format!(
                 "Ring.close(): {n} ops did not complete within {}s of being cancelled; their \
                  memory was leaked on purpose instead of being freed under the kernel",

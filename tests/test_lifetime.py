@@ -85,6 +85,35 @@ def test_close_with_ops_in_flight(pipe: tuple[int, int]) -> None:
     assert keep == bytearray(8)
 
 
+def test_single_issuer_ring_closed_from_another_thread(pipe: tuple[int, int]) -> None:
+    """A SINGLE_ISSUER ring cannot be driven from another thread (every enter fails with
+    EEXIST): closing it there leaves the ops to the kernel to cancel, keeps their memory,
+    and says so with a ResourceWarning instead of raising or waiting."""
+    import threading
+
+    need_ops("read")
+    r, w = pipe
+    made: list[Ring] = []
+    keep = bytearray(8)
+
+    def owner() -> None:
+        ring = Ring(8, single_issuer=True, defer_taskrun=True)
+        ring.read(r, keep, user_data=1)
+        ring.submit()
+        made.append(ring)
+
+    th = threading.Thread(target=owner)
+    th.start()
+    th.join()
+    (ring,) = made
+    with pytest.warns(ResourceWarning, match="1 ops in flight were left to the kernel"):
+        ring.close()
+    assert ring.closed
+    os.write(w, b"late")  # the ring's fd is closed: its read was cancelled, not left pending
+    assert os.read(r, 10) == b"late"
+    assert keep == bytearray(8)
+
+
 def test_close_with_queued_unsubmitted() -> None:
     need_ops("nop")
     ring = Ring(8)

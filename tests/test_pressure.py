@@ -97,3 +97,33 @@ def test_defer_taskrun_completions_without_wait() -> None:
     need_ops("read")
     with Ring(8, single_issuer=True, defer_taskrun=True) as r:
         _taskrun_case(r)
+
+
+def test_defer_taskrun_deferred_work_reaped_with_ready_cqes() -> None:
+    """A DEFER_TASKRUN ring signals its eventfd only when its list of deferred
+    completions goes from empty to non-empty. A reap that takes the CQEs already posted
+    must also run that list, or later completions never signal the eventfd again (an
+    event loop waiting on it would hang)."""
+    need_ops("read", "nop")
+    with Ring(8, single_issuer=True, defer_taskrun=True) as r:
+        efd = os.eventfd(0, os.EFD_NONBLOCK)
+        rd, wr = os.pipe()
+        try:
+            r.register_eventfd(efd)
+            bufs = [bytearray(8), bytearray(8)]
+            r.read(rd, bufs[0], user_data=1)
+            r.nop(user_data=2)  # posted at submit: a CQE ready next to the deferred work
+            r.submit()
+            os.write(wr, b"one")  # the read completes as deferred task work
+            assert os.eventfd_read(efd) >= 1
+            got = r.completions()
+            assert sorted(c.user_data for c in got) == [1, 2]
+            r.read(rd, bufs[1], user_data=3)
+            r.submit()
+            os.write(wr, b"two")
+            assert os.eventfd_read(efd) >= 1  # BlockingIOError if it was never signalled
+            assert [(c.user_data, c.res) for c in r.completions()] == [(3, 3)]
+        finally:
+            os.close(rd)
+            os.close(wr)
+            os.close(efd)

@@ -177,6 +177,51 @@ def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not t.done() or t.cancelled()
 
 
+def test_loop_run_in_a_thread_closed_from_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's ring accepts submissions from its own thread only (SINGLE_ISSUER, for
+    DEFER_TASKRUN). A loop run in a worker thread and closed from the main thread with a
+    read in flight: close() warns that the read was left to the kernel, raises nothing,
+    and the read is cancelled (later data is not swallowed)."""
+    import threading
+
+    from conftest import PROBED
+
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    monkeypatch.setenv("URINGKIT_ENGINE", "io_uring")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)
+    loop = asyncio.new_event_loop()
+
+    async def start() -> None:
+        f = await aio.open(fd, "rb", closefd=False)
+        asyncio.ensure_future(f.read(4))
+        await asyncio.sleep(0.05)
+
+    th = threading.Thread(target=loop.run_until_complete, args=(start(),))
+    th.start()
+    th.join()
+    b = _backends_of(loop)
+    if not isinstance(b, RingBackend) or not b.single_issuer:
+        loop.close()
+        os.close(fd)
+        pytest.skip("the loop's ring has no single issuer on this kernel")
+    with pytest.warns(ResourceWarning, match="left to the kernel"):
+        loop.close()
+    os.write(fd, b"late")
+    assert os.read(fd, 4) == b"late"
+    os.close(fd)
+
+
+def _backends_of(loop: asyncio.AbstractEventLoop) -> Any:
+    from uringkit.aio._backend import _backends
+
+    return _backends.get(loop)
+
+
 def test_read_many_and_write_many(tmp_path: Path, run: Any) -> None:
     p = tmp_path / "f"
     data = os.urandom(200_000)

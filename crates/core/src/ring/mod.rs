@@ -365,7 +365,16 @@ impl<K> Ring<K> {
             return false;
         }
         let sq = self.ring.submission();
-        self.cfg.defer_taskrun || self.cfg.iopoll || sq.taskrun() || sq.cq_overflow()
+        // (DEFER_TASKRUN rings always set up TASKRUN_FLAG: `taskrun()` covers them)
+        self.cfg.iopoll || sq.taskrun() || sq.cq_overflow()
+    }
+
+    /// DEFER_TASKRUN: completions are waiting as task work for an enter to post them.
+    /// Checked even when CQEs are ready: the kernel signals a registered eventfd only when
+    /// that work list goes from empty to non-empty, so a reaper that took the ready CQEs
+    /// and left the list would never hear of later completions.
+    fn deferred_work(&mut self) -> bool {
+        self.cfg.defer_taskrun && self.ring.submission().taskrun()
     }
 
     fn getevents(&mut self) -> io::Result<()> {
@@ -386,7 +395,11 @@ impl<K> Ring<K> {
     /// Runs deferred task work and flushes an overflowed CQ when needed.
     pub fn reap(&mut self, out: &mut Vec<Done<K>>, max: usize) -> io::Result<usize> {
         let start = out.len();
-        if self.ring.completion().is_empty() && self.backlog.is_empty() && self.needs_getevents() {
+        if self.deferred_work()
+            || (self.ring.completion().is_empty()
+                && self.backlog.is_empty()
+                && self.needs_getevents())
+        {
             self.getevents()?;
         }
         loop {
@@ -491,6 +504,17 @@ impl<K> Ring<K> {
         self.internal += 1;
         self.submit()?;
         Ok(())
+    }
+
+    /// Give up on what is in flight without waiting for it, for a ring this thread may
+    /// not drive (a SINGLE_ISSUER ring closed from another thread: every enter fails with
+    /// EEXIST). The ring's fd is closed, so the kernel cancels and finishes the ops on its
+    /// own; their memory (the slots) is leaked on purpose since the kernel may still write
+    /// into it. Returns how many ops were abandoned.
+    pub fn abandon(mut self) -> usize {
+        let n = self.in_flight + self.skipped;
+        std::mem::forget(std::mem::take(&mut self.slots));
+        n
     }
 
     /// True once nothing the kernel could still touch is in flight.
