@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any, Generic, TypeVar
 
 from .._native import AlignedBuffer, is_local_fs
+from ._backend import EARLY_SUBMIT as EARLY
 from ._backend import RingBackend
 
 T = TypeVar("T", bytes, str)
@@ -437,9 +438,13 @@ class AsyncFile(_Lines[bytes]):
         buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
         b = self._b
         try:
-            if type(b) is RingBackend:
-                # the ring's fast path, inlined: one future resolved natively
-                fut = b.start_read(self._fd, buf, n, offset)
+            if type(b) is RingBackend and not b.closed:
+                # the ring's fast path (RingBackend.start_read), inlined: one native call
+                # queues the read and creates its future, which dispatch resolves natively
+                fut = b.ring.read_future(self._fd, buf, n, offset, b.new_future, b.fast, EARLY)
+                if not b.flush_pending:
+                    b.flush_pending = True
+                    b.loop.call_soon(b._flush)
                 try:
                     r = await fut
                 except asyncio.CancelledError:
