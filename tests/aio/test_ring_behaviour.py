@@ -152,7 +152,11 @@ def test_fifo_open_waits_for_the_writer(tmp_path: Path, run: Any) -> None:
     assert run(go) == (True, b"through the pipe")
 
 
-def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fifo_and_ring_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, asyncio.AbstractEventLoop]:
+    """A FIFO opened read-write (reads on it wait until someone writes) and a new loop
+    whose files go through io_uring."""
     from conftest import PROBED
 
     if not PROBED:
@@ -160,8 +164,11 @@ def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("URINGKIT_ENGINE", "io_uring")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    fd = os.open(fifo, os.O_RDWR)
-    loop = asyncio.new_event_loop()
+    return os.open(fifo, os.O_RDWR), asyncio.new_event_loop()
+
+
+def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fd, loop = _fifo_and_ring_loop(tmp_path, monkeypatch)
 
     async def start() -> asyncio.Task[Any]:
         f = await aio.open(fd, "rb", closefd=False)
@@ -186,15 +193,7 @@ def test_loop_run_in_a_thread_closed_from_another(
     and the read is cancelled (later data is not swallowed)."""
     import threading
 
-    from conftest import PROBED
-
-    if not PROBED:
-        pytest.skip("io_uring unavailable")
-    monkeypatch.setenv("URINGKIT_ENGINE", "io_uring")
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    fd = os.open(fifo, os.O_RDWR)
-    loop = asyncio.new_event_loop()
+    fd, loop = _fifo_and_ring_loop(tmp_path, monkeypatch)
 
     async def start() -> None:
         f = await aio.open(fd, "rb", closefd=False)
