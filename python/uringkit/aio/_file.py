@@ -14,7 +14,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Generic, TypeVar
 
-from .._native import AlignedBuffer, is_local_fs
+from .._native import AlignedBuffer, is_local_fs, pread_nowait
 from ._backend import EARLY_SUBMIT as EARLY
 from ._backend import RingBackend
 
@@ -427,7 +427,13 @@ class AsyncFile(_Lines[bytes]):
             await self._flush_w()
         if not self._direct:
             try:
-                return await self._b.pread(self._fd, n, offset, True)  # type: ignore[no-any-return]
+                if n > 0:
+                    # a page-cache hit completes right here (the backend's first step,
+                    # inlined: the hot path of Task-per-read code)
+                    hit = pread_nowait(self._fd, n, offset)
+                    if hit is not None and (len(hit) == n or not hit):
+                        return hit
+                return await self._b.pread(self._fd, n, offset, False)  # type: ignore[no-any-return]
             except OSError as e:
                 raise self._named(e) from None
         # O_DIRECT, inlined (this is the hot path of direct-I/O servers): a pooled aligned
