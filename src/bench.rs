@@ -179,6 +179,7 @@ pub fn run_job<'py>(
     d.set_item("verify_errors", r.verify_errors)?;
     d.set_item("first_verify_error", r.first_verify_error)?;
     d.set_item("warning", r.warning)?;
+    d.set_item("setup", r.setup)?;
     d.set_item("depth", r.depth)?;
     Ok(d)
 }

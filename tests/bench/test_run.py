@@ -269,3 +269,37 @@ def test_plot_for_jobs(tmp_path: Path) -> None:
     out = bench(str(jf), "--no-progress", f"--plot={png}")
     assert out.returncode == 0, out.stderr
     assert png.stat().st_size > 10_000
+
+
+def test_io_uring_sets_up_its_ring_like_fio(tmp_path: Path) -> None:
+    """With no task-run option, the ring gets fio's flags where the kernel takes them
+    (COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN; SQPOLL refuses DEFER_TASKRUN and then
+    COOP_TASKRUN, as fio's fallbacks find), and the job's JSON says which it got. Flags
+    the job names are used as given."""
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    from uringkit import Ring
+
+    def setup(*opts: str) -> str:
+        doc = run_json(tmp_path, "--rw=randread", "--bs=4k", "--ioengine=io_uring", *opts)
+        s: str = doc["jobs"][0]["uringkit"]["setup"]
+        return s
+
+    try:
+        Ring(2, single_issuer=True, defer_taskrun=True, coop_taskrun=True).close()
+        want = "COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN"
+    except OSError:
+        pytest.skip("this kernel has no DEFER_TASKRUN")
+    assert setup() == want
+    assert setup("--registerfiles=1", "--fixedbufs=1") == (
+        want + " | registered file | registered buffers"
+    )
+    assert setup("--coop_taskrun=1") == "COOP_TASKRUN"
+    assert setup("--defer_taskrun=1") == "SINGLE_ISSUER | DEFER_TASKRUN"
+    sq = setup("--sqthread_poll=1")
+    assert sq.startswith("SQPOLL") and "DEFER_TASKRUN" not in sq
+    # the other engines have no setup to report
+    assert (
+        run_json(tmp_path, "--rw=randread", "--ioengine=psync")["jobs"][0]["uringkit"]["setup"]
+        is None
+    )

@@ -131,6 +131,7 @@ def fio_shape(job: Job, native: dict[str, Any], r: dict[str, Any]) -> dict[str, 
         "uringkit": {
             "engine": native["ioengine"],
             "engine_reason": job.get("engine_reason"),
+            "setup": r.get("setup"),
             "iodepth": r["depth"],
             "syscalls": r["syscalls"],
             "syscalls_per_sec": r["syscalls"] / secs if secs else 0.0,

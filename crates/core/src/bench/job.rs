@@ -104,6 +104,8 @@ pub struct JobResult {
     pub verify_errors: u64,
     pub first_verify_error: Option<String>,
     pub warning: Option<String>,
+    /// How the engine was set up (see `Engine::setup`).
+    pub setup: Option<String>,
     pub depth: u32,
 }
 
@@ -416,6 +418,9 @@ pub fn run_jobs(
                 if total.warning.is_none() {
                     total.warning = r.warning;
                 }
+                if total.setup.is_none() {
+                    total.setup = r.setup;
+                }
                 total.depth = r.depth;
             }
             Ok(Err(e)) => {
@@ -463,6 +468,7 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     let mut eng = engine::build(&spec.engine, fd, bufs, depth, spec.direct)?;
     let mut res = JobResult {
         warning: eng.warning(),
+        setup: eng.setup(),
         depth,
         ..Default::default()
     };

@@ -65,6 +65,11 @@ pub trait Engine: Send {
     fn waits_submit(&self) -> bool {
         false
     }
+    /// How the engine was set up, when that depends on what the kernel accepted (the
+    /// io_uring setup flags after fio's fallbacks), for the job's JSON.
+    fn setup(&self) -> Option<String> {
+        None
+    }
     /// A one-line note for the user (e.g. libaio on buffered I/O is synchronous).
     fn warning(&self) -> Option<String> {
         None
@@ -83,8 +88,9 @@ pub struct UringOpts {
     pub single_issuer: bool,
     pub defer_taskrun: bool,
     pub coop_taskrun: bool,
-    /// Use COOP_TASKRUN | SINGLE_ISSUER when the kernel has them (what fio does), unless
-    /// the task-run flags were chosen explicitly.
+    /// Use COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN when the kernel has them (what
+    /// fio does, falling back the way fio does), unless the task-run flags were chosen
+    /// explicitly.
     pub fio_defaults: bool,
 }
 

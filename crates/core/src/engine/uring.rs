@@ -321,4 +321,22 @@ impl Engine for Uring {
     fn waits_submit(&self) -> bool {
         !self.opts.sqthread_poll
     }
+    fn setup(&self) -> Option<String> {
+        let o = &self.opts;
+        let flags = [
+            (o.sqthread_poll, "SQPOLL"),
+            (o.hipri, "IOPOLL"),
+            (o.coop_taskrun, "COOP_TASKRUN"),
+            (o.single_issuer || o.defer_taskrun, "SINGLE_ISSUER"),
+            (o.defer_taskrun, "DEFER_TASKRUN"),
+            (o.registerfiles, "registered file"),
+            (o.fixedbufs, "registered buffers"),
+        ];
+        let on: Vec<&str> = flags.iter().filter(|f| f.0).map(|f| f.1).collect();
+        Some(if on.is_empty() {
+            "plain ring".into()
+        } else {
+            on.join(" | ")
+        })
+    }
 }
