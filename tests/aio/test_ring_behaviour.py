@@ -377,3 +377,33 @@ def test_direct_read_waves_submit_early_and_cancel_cleanly(tmp_path: Path, ring_
             assert await f.read_at(4096, 8192) == data[8192 : 8192 + 4096]
 
     ring_run(go)
+
+
+def test_signal_storm_loses_no_completion(ring_run: Any) -> None:
+    """Signals arriving every 100 µs interrupt system calls all through the loop's ring
+    work (submits, the reaps that run deferred completions): 1,000 pipe round trips
+    must all complete — an interrupted reap that left deferred work unrun would silence
+    the ring's eventfd and hang here."""
+    import signal
+
+    async def go() -> int:
+        rd, wr = os.pipe()
+        old = signal.signal(signal.SIGALRM, lambda *_: None)
+        signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
+        try:
+            f = await aio.open(rd, "rb", buffering=0, closefd=False)
+            n = 0
+            for i in range(1000):
+                pending = asyncio.ensure_future(f.read(8))
+                await asyncio.sleep(0)  # the read is in flight before the data comes
+                os.write(wr, b"%07d\n" % i)
+                got = await asyncio.wait_for(pending, 10)
+                n += got == b"%07d\n" % i
+            return n
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            signal.signal(signal.SIGALRM, old)
+            os.close(rd)
+            os.close(wr)
+
+    assert ring_run(go) == 1000

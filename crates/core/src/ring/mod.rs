@@ -378,17 +378,23 @@ impl<K> Ring<K> {
     }
 
     fn getevents(&mut self) -> io::Result<()> {
-        // SAFETY: enter with to_submit=0 and min_complete=0 only runs task work / polls.
-        let r = unsafe {
-            self.ring
-                .submitter()
-                .enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
-        };
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
-            Err(e) => Err(e),
+        // An enter that does not wait returns EINTR only with a signal pending, which is
+        // delivered on the way out: retrying does not block, and must happen, since
+        // deferred work left unrun would keep a DEFER_TASKRUN ring's eventfd quiet.
+        for _ in 0..64 {
+            // SAFETY: enter with to_submit=0 and min_complete=0 only runs task work / polls.
+            let r = unsafe {
+                self.ring
+                    .submitter()
+                    .enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
+            };
+            match r {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+                other => return other.map(drop),
+            }
         }
+        Ok(())
     }
 
     /// Move every available completion into `out` without blocking (at most `max`).
