@@ -630,6 +630,7 @@ impl Ring {
             false,
             false,
             false,
+            0,
         )?;
         self.fast_ud = ud + 1;
         futures.set_item(ud, &fut)?;
@@ -664,8 +665,10 @@ impl Ring {
     /// Queue a read of up to `nbytes` (default: len(buf)) into `buf` at `offset` (-1: the
     /// current file position). With `buffer_ring=` and no `buf`, the kernel picks a provided
     /// buffer (completion.buffer_id). Result: bytes read (0 at EOF).
+    /// `rw_flags`: preadv2's `os.RWF_*` flags (e.g. `RWF_NOWAIT`: EAGAIN instead of
+    /// waiting for the disk).
     #[pyo3(signature = (fd, buf=None, offset=-1, *, nbytes=None, buffer_ring=None, user_data=0,
-        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+        link=false, hardlink=false, drain=false, async_=false, skip_success=false, rw_flags=0))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &mut self,
@@ -680,6 +683,7 @@ impl Ring {
         drain: bool,
         async_: bool,
         skip_success: bool,
+        rw_flags: i32,
     ) -> PyResult<()> {
         let fd = fd_arg(fd, "fd")?;
         let off = offset_arg(offset)?;
@@ -716,15 +720,17 @@ impl Ring {
                     offset: off,
                     buf_group: None,
                 };
-                self.queue(op::rw::read(fd, ptr, len, off), slot, o)
+                self.queue(op::rw::read(fd, ptr, len, off, rw_flags), slot, o)
             }
         }
     }
 
     /// Queue a write of `data` (or its first `nbytes`) at `offset` (-1: current position,
     /// or the end for O_APPEND). Result: bytes written (may be short).
+    /// `rw_flags`: pwritev2's `os.RWF_*` flags (e.g. `RWF_DSYNC`: durable on completion,
+    /// like the write followed by fdatasync, in one SQE).
     #[pyo3(signature = (fd, data, offset=-1, *, nbytes=None, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
+        hardlink=false, drain=false, async_=false, skip_success=false, rw_flags=0))]
     #[allow(clippy::too_many_arguments)]
     fn write(
         &mut self,
@@ -738,6 +744,7 @@ impl Ring {
         drain: bool,
         async_: bool,
         skip_success: bool,
+        rw_flags: i32,
     ) -> PyResult<()> {
         let fd = fd_arg(fd, "fd")?;
         let off = offset_arg(offset)?;
@@ -753,7 +760,7 @@ impl Ring {
             buf_group: None,
         };
         self.queue(
-            op::rw::write(fd, ptr, len, off),
+            op::rw::write(fd, ptr, len, off, rw_flags),
             slot,
             opts(link, hardlink, drain, async_, skip_success),
         )
@@ -1882,8 +1889,8 @@ impl Ring {
             // SAFETY: i * size + size <= need <= the buffer's length (checked above).
             let p = unsafe { base.add(i * size) };
             let e = match (read, fixed_index) {
-                (true, None) => op::rw::read(fd, p, size32, *off),
-                (false, None) => op::rw::write(fd, p, size32, *off),
+                (true, None) => op::rw::read(fd, p, size32, *off, 0),
+                (false, None) => op::rw::write(fd, p, size32, *off, 0),
                 (true, Some(ix)) => op::rw::read_fixed(fd, p, size32, ix, *off),
                 (false, Some(ix)) => op::rw::write_fixed(fd, p, size32, ix, *off),
             };

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -66,6 +67,36 @@ def test_write_then_read_back(ring: Ring, tmp_path: Path) -> None:
         assert os.pread(fd, 100, 0) == b"XXXlo world"
     finally:
         os.close(fd)
+
+
+def test_rw_flags(ring: Ring, tmp_path: Path) -> None:
+    """preadv2/pwritev2 flags on READ/WRITE: RWF_DSYNC writes durably in one SQE,
+    RWF_NOWAIT makes a read that would wait (an empty pipe) fail with EAGAIN instead,
+    and a flag the kernel does not know is its error, not a crash."""
+    need_ops("write", "read")
+    fd = os.open(tmp_path / "d", os.O_RDWR | os.O_CREAT)
+    rd, wr = os.pipe()
+    try:
+        ring.write(fd, b"durable", 0, user_data=1, rw_flags=os.RWF_DSYNC)
+        (c,) = ring.wait(1)
+        assert c.res == 7 and os.pread(fd, 10, 0) == b"durable"
+        buf = bytearray(8)
+        ring.read(rd, buf, user_data=2, rw_flags=os.RWF_NOWAIT)
+        (c,) = ring.wait(1, timeout=5)
+        assert c.res == -errno.EAGAIN  # without the flag it would wait for a writer
+        os.write(wr, b"now")
+        ring.read(rd, buf, user_data=3, rw_flags=os.RWF_NOWAIT)
+        (c,) = ring.wait(1, timeout=5)
+        assert c.res == 3 and bytes(buf[:3]) == b"now"
+        ring.write(fd, b"x", 0, user_data=4, rw_flags=1 << 30)
+        (c,) = ring.wait(1)
+        assert c.res == -errno.EOPNOTSUPP
+        with pytest.raises(OSError):
+            c.raise_for_error()
+    finally:
+        os.close(fd)
+        os.close(rd)
+        os.close(wr)
 
 
 def test_readv_writev(ring: Ring, tmp_path: Path) -> None:

@@ -214,6 +214,7 @@ class Ring:
         drain: bool = False,
         async_: bool = False,
         skip_success: bool = False,
+        rw_flags: int = 0,
     ) -> None: ...
     def write(
         self,
@@ -228,6 +229,7 @@ class Ring:
         drain: bool = False,
         async_: bool = False,
         skip_success: bool = False,
+        rw_flags: int = 0,
     ) -> None: ...
     def readv(
         self,

@@ -5,9 +5,11 @@ use crate::with_fd;
 use io_uring::{opcode, squeue::Entry};
 
 /// `offset == u64::MAX` means "the file's current position" (IORING_FEAT_RW_CUR_POS).
-pub fn read(fd: FdArg, buf: *mut u8, len: u32, offset: u64) -> Entry {
+/// `rw_flags`: preadv2's RWF_* flags (RWF_NOWAIT, RWF_HIPRI, …), 0 for none.
+pub fn read(fd: FdArg, buf: *mut u8, len: u32, offset: u64, rw_flags: i32) -> Entry {
     with_fd!(fd, |t| opcode::Read::new(t, buf, len)
         .offset(offset)
+        .rw_flags(rw_flags)
         .build())
 }
 
@@ -20,9 +22,12 @@ pub fn read_select(fd: FdArg, len: u32, offset: u64, group: u16) -> Entry {
         .flags(io_uring::squeue::Flags::BUFFER_SELECT))
 }
 
-pub fn write(fd: FdArg, buf: *const u8, len: u32, offset: u64) -> Entry {
+/// `rw_flags`: pwritev2's RWF_* flags (RWF_DSYNC: the write is durable like a write
+/// followed by fdatasync, in one SQE; RWF_APPEND, …), 0 for none.
+pub fn write(fd: FdArg, buf: *const u8, len: u32, offset: u64, rw_flags: i32) -> Entry {
     with_fd!(fd, |t| opcode::Write::new(t, buf, len)
         .offset(offset)
+        .rw_flags(rw_flags)
         .build())
 }
 
