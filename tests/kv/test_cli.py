@@ -63,9 +63,16 @@ def test_bench_quick_xkv_and_sqlite(tmp_path: Path) -> None:
         timeout=600,
     )
     assert out.returncode == 0, out.stderr
-    rows = json.loads((tmp_path / "kv.json").read_text())
+    doc = json.loads((tmp_path / "kv.json").read_text())
+    rows = doc["rows"]
     assert rows["random get hot (gets/s)"]["xkv"] > 0
     assert set(rows["durable put P99 (ms)"]) == {"xkv", "sqlite3"}
+    # the bounds are checked in the run (those needing LevelDB are absent here)
+    got = {t["target"]: t for t in doc["targets"]}
+    assert 0 < got["index <= 64 B/key beyond the key"]["value"] <= 64
+    assert got["reopen after SIGKILL <= 150 ms"]["met"] is not None
+    assert not any("LevelDB" in t for t in got)
+    assert "targets met:" in out.stdout
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("uringkit-kv")] == []
     try:
         import matplotlib  # noqa: F401

@@ -339,6 +339,14 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
                     p.close()
                     shutil.rmtree(path)
             rec("load (puts/s, batches)", p.name, max(loads))
+            if isinstance(p, Xkv):
+                # the issue's bound: at most 64 bytes per key beyond the key itself
+                st = p.db.stats()
+                rec(
+                    "index bytes per key beyond the key",
+                    p.name,
+                    st["index_bytes"] / st["keys"] - 16,
+                )
             p.close()
             # multi_get with the store's files evicted from the page cache
             p.open(path, durable=False)
@@ -489,7 +497,69 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
     return rows
 
 
-LOWER_IS_BETTER = ("(ms)", "(s)", "disk / data")
+LOWER_IS_BETTER = ("(ms)", "(s)", "disk / data", "bytes per key")
+
+
+def targets(rows: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """The issue's targets, checked against this run's rows: xkv at least as good as
+    the best peer in every row, plus the explicit bounds."""
+    out: list[dict[str, Any]] = []
+
+    def add(target: str, value: float | None, met: bool | None, shown: str) -> None:
+        out.append({"target": target, "value": value, "shown": shown, "met": met})
+
+    for w, r in rows.items():
+        peers_ = {k: v for k, v in r.items() if k != "xkv"}
+        x = r.get("xkv")
+        if x is None or not peers_ or w.startswith("index bytes"):
+            continue
+        lower = any(s in w for s in LOWER_IS_BETTER)
+        best = min(peers_.values()) if lower else max(peers_.values())
+        ratio = (best / x if lower else x / best) if x and best else None
+        shown = f"{ratio:.2f}×" if ratio is not None else "-"
+        add(f"{w}: >= 1.0x the best peer", ratio, None if ratio is None else ratio >= 1.0, shown)
+
+    def vs_leveldb(w: str, need: float, label: str) -> None:
+        r = rows.get(w, {})
+        if "xkv" in r and r.get("leveldb"):
+            lower = any(s in w for s in LOWER_IS_BETTER)
+            ratio = r["leveldb"] / r["xkv"] if lower else r["xkv"] / r["leveldb"]
+            add(label, ratio, ratio >= need, f"{ratio:.2f}×")
+
+    vs_leveldb("durable put P99 (ms)", 1.0, "durable P99 <= LevelDB's")
+    vs_leveldb("durable batch x64 (puts/s)", 1.5, "durable batch x64 >= 1.5x LevelDB")
+    vs_leveldb("durable put, 64 threads (puts/s)", 3.0, "64 writer threads >= 3x plyvel")
+    vs_leveldb("durable put, 64 async tasks (puts/s)", 3.0, "64 writer tasks >= 3x plyvel")
+
+    def bound(w: str, limit: float, label: str, unit: str) -> None:
+        v = rows.get(w, {}).get("xkv")
+        if v is not None:
+            add(label, v, v <= limit, f"{v:,.3g}{unit}")
+
+    bound("seed 003: 100K puts (s)", 0.312, "seed 003's 100K puts < 0.312 s", " s")
+    bound("4 KiB values (disk / data)", 1.1, "4 KiB values: disk <= 1.1x the data", "×")
+    bound("reopen after SIGKILL (ms)", 150, "reopen after SIGKILL <= 150 ms", " ms")
+    bound("index bytes per key beyond the key", 64, "index <= 64 B/key beyond the key", " B")
+    return out
+
+
+def print_targets(con: Console, rows: dict[str, dict[str, float]]) -> None:
+    ts = targets(rows)
+    if not ts:
+        return
+    t = Table(title="Targets of the kv issue, this run")
+    for c in ("target", "xkv", "met"):
+        t.add_column(c, justify="left" if c == "target" else "right")
+    for x in ts:
+        met = x["met"]
+        t.add_row(
+            x["target"],
+            x["shown"],
+            "-" if met is None else "[green]yes[/]" if met else "[red]no[/]",
+        )
+    con.print(t)
+    known = [x for x in ts if x["met"] is not None]
+    con.print(f"targets met: {sum(x['met'] for x in known)} of {len(known)}")
 
 
 def plot(path: str, rows: dict[str, dict[str, float]]) -> bool:
@@ -582,8 +652,9 @@ def main(argv: list[str]) -> int:
     con = Console(width=None if sys.stdout.isatty() else 150)
     rows = run(a.dir, a.quick, con, a.only)
     table(con, rows)
+    print_targets(con, rows)
     with open(a.json_out, "w") as f:
-        json.dump(rows, f, indent=2)
+        json.dump({"rows": rows, "targets": targets(rows)}, f, indent=2)
     con.print(f"wrote {a.json_out}")
     if a.plot:
         if plot(a.plot, rows):
