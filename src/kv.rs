@@ -90,19 +90,18 @@ pub struct KvStore {
     inner: std::sync::Mutex<Option<Arc<Store>>>,
 }
 
-type Getter = fn(&Store, &[u8]) -> std::io::Result<Option<Vec<u8>>>;
-
 impl KvStore {
-    /// One key read through `get` (plain, or only-if-cached), as bytes or None.
+    /// One key read (plain, or only-if-cached), as bytes or None: the value is copied
+    /// once, from where it lies straight into the bytes object.
     fn lookup<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
-        get: Getter,
+        cached_only: bool,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let s = self.store()?;
-        let v = get(&s, key_arg(key)?).map_err(kv_err)?;
-        Ok(v.map(|v| PyBytes::new(py, &v)))
+        s.get_with(key_arg(key)?, cached_only, |v| PyBytes::new(py, v))
+            .map_err(kv_err)
     }
 
     fn store(&self) -> PyResult<Arc<Store>> {
@@ -191,7 +190,7 @@ impl KvStore {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        self.lookup(py, key, Store::get)
+        self.lookup(py, key, false)
     }
 
     /// get(key) if the record is in memory; raises BlockingIOError if reading it would
@@ -201,7 +200,7 @@ impl KvStore {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        self.lookup(py, key, Store::get_cached)
+        self.lookup(py, key, true)
     }
 
     /// Whether every key's record is in memory (multi_get would not wait for the disk).

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,8 +84,15 @@ pub struct Segment {
     mirror: bool,
     /// Every record in it was CRC-checked by this process (scanned at open) or written by
     /// it: reads then check only that the record holds the key. Segments known only from
-    /// the index snapshot or a hint file have each record's CRC checked when read.
+    /// the index snapshot or a hint file have each record's CRC checked the first time
+    /// it is read (see `checked`).
     verified: std::sync::atomic::AtomicBool,
+    /// For a segment that is not `verified`: one bit per 32 bytes of the file, set once
+    /// the record starting there passed its CRC check in this process, so a hot record
+    /// is checked once, not on every read (RocksDB checks a block when it is read from
+    /// the file, not on every cache hit). A record is at least `HEADER` = 32 bytes long:
+    /// no two records share a bit. Allocated on the first check.
+    checked: OnceLock<Box<[AtomicU64]>>,
 }
 
 // SAFETY: the mapping is read-only and shared; it lives as long as the Segment.
@@ -140,7 +147,41 @@ impl Segment {
             map_base: base,
             mirror: mirror && !map.is_null(),
             verified: std::sync::atomic::AtomicBool::new(true),
+            checked: OnceLock::new(),
         })
+    }
+
+    /// Whether the record at `off` needs no CRC check: the whole segment was checked, or
+    /// this record was, earlier in this process.
+    fn crc_known_good(&self, off: u64) -> bool {
+        if self.verified.load(Ordering::Relaxed) {
+            return true;
+        }
+        let bit = off as usize / HEADER;
+        self.checked
+            .get()
+            .and_then(|m| m.get(bit / 64))
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (bit % 64)) != 0)
+    }
+
+    /// Remember that the record at `off` passed its CRC check.
+    fn mark_crc_good(&self, off: u64) {
+        let map = self.checked.get_or_init(|| {
+            // the file as far as it is mapped or written (records beyond it are simply
+            // checked on every read); zeroed memory from the allocator is lazily backed
+            let span =
+                (self.map_base + self.map_len).max(self.size.load(Ordering::Relaxed) as usize);
+            let words = span.div_ceil(HEADER * 64);
+            let zeroed = vec![0u64; words].into_boxed_slice();
+            // SAFETY: AtomicU64 has the same size, alignment and bit validity as u64
+            // (documented), so a boxed slice of u64 is a valid boxed slice of AtomicU64;
+            // the allocation is handed over whole and freed with the same layout.
+            unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU64]) }
+        });
+        let bit = off as usize / HEADER;
+        if let Some(w) = map.get(bit / 64) {
+            w.fetch_or(1 << (bit % 64), Ordering::Relaxed);
+        }
     }
 
     /// Copy appended bytes (at file offset `off`) into the mirror, if this segment has one
@@ -1677,10 +1718,21 @@ impl Store {
     /// that it holds `key` (RocksDB's verify_checksums on every read: a damaged or
     /// misdirected record is an error, never served).
     fn read_value(seg: &Segment, loc: Loc, key: &[u8]) -> io::Result<Vec<u8>> {
+        Self::read_value_with(seg, loc, key, <[u8]>::to_vec)
+    }
+
+    /// [`Store::read_value`], handing the value to `f` where it lies (the mapping, or a
+    /// buffer read with pread): one copy fewer when `f` makes the caller's own object.
+    fn read_value_with<R>(
+        seg: &Segment,
+        loc: Loc,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
         let total = HEADER + key.len() + loc.val_len as usize;
         if let Some(rec) = seg.mapped(loc.off, total) {
             Self::verify(seg, rec, loc, key)?;
-            return Ok(rec[HEADER + key.len()..].to_vec());
+            return Ok(f(&rec[HEADER + key.len()..]));
         }
         let mut v = vec![0u8; total];
         let n = pread_exact(seg.fd, &mut v, loc.off)?;
@@ -1695,13 +1747,16 @@ impl Store {
             ));
         }
         Self::verify(seg, &v, loc, key)?;
-        v.drain(..HEADER + key.len());
-        Ok(v)
+        Ok(f(&v[HEADER + key.len()..]))
     }
 
     fn verify(seg: &Segment, rec: &[u8], loc: Loc, key: &[u8]) -> io::Result<()> {
         let holds_key = rec.get(HEADER..HEADER + key.len()) == Some(key);
-        if holds_key && (seg.verified.load(Ordering::Relaxed) || record::check(rec).is_ok()) {
+        if holds_key && seg.crc_known_good(loc.off) {
+            return Ok(());
+        }
+        if holds_key && record::check(rec).is_ok() {
+            seg.mark_crc_good(loc.off);
             return Ok(());
         }
         Err(err(
@@ -1717,17 +1772,25 @@ impl Store {
     }
 
     pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        self.get_inner(key, false)
+        self.get_with(key, false, <[u8]>::to_vec)
     }
 
     /// [`Store::get`] only if it cannot wait for the disk: `Err(WouldBlock)` when the
     /// record is not in memory (page cache or the direct mirror) — an event loop then
     /// reads it off the loop instead of stalling every task on a page fault.
     pub fn get_cached(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        self.get_inner(key, true)
+        self.get_with(key, true, <[u8]>::to_vec)
     }
 
-    fn get_inner(&self, key: &[u8], cached_only: bool) -> io::Result<Option<Vec<u8>>> {
+    /// The value of `key` handed to `f` where it lies (usually the segment's mapping), so
+    /// the caller copies it once, into its own object. `cached_only`: as
+    /// [`Store::get_cached`].
+    pub fn get_with<R>(
+        &self,
+        key: &[u8],
+        cached_only: bool,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<Option<R>> {
         let (loc, seg, active) = {
             let st = self.state.read().expect("state");
             match st.index.get(key) {
@@ -1740,7 +1803,7 @@ impl Store {
         if cached_only && !seg.resident(loc.off, total) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        Self::read_value(&seg, loc, key).map(Some)
+        Self::read_value_with(&seg, loc, key, f).map(Some)
     }
 
     /// Whether every present key's record is in memory (see [`Store::get_cached`]).
@@ -2255,6 +2318,26 @@ mod tests {
                 .collect();
             assert_eq!(errs.len(), 1, "{errs:?}");
             assert!(errs[0].contains("00000001.seg") && errs[0].contains("CRC"));
+            // a record that passed its check is remembered (not checked again); the
+            // damaged one never is: it is refused on every read
+            let checked = |k: &[u8]| {
+                let st = s.state.read().unwrap();
+                let l = st.index.get(k).unwrap();
+                st.segs[&l.seg].crc_known_good(l.off)
+            };
+            let bad = (0..10u32)
+                .map(|i| format!("k{i}"))
+                .find(|k| s.get(k.as_bytes()).is_err())
+                .unwrap();
+            assert!(!checked(bad.as_bytes()));
+            assert!(s.get(bad.as_bytes()).is_err());
+            let good = if bad == "k0" { "k1" } else { "k0" };
+            assert!(checked(good.as_bytes()));
+            assert!(!checked(b"k2999"), "not read yet");
+            assert_eq!(
+                s.get(good.as_bytes()).unwrap().unwrap(),
+                b"0123456789012345678901234567890"
+            );
             assert_eq!(s.check().unwrap().1.len(), 1);
         }
         // without it, the full scan finds the damage at open
