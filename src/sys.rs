@@ -261,12 +261,15 @@ fn pread_nowait_many(
 /// into its own new bytes object); `preadv2(RWF_NOWAIT)` per range where io_uring is
 /// unavailable. Each result is the bytes (fewer than n at end of file — or where the
 /// cache held only part) or a negative errno (-EAGAIN: not cached, read it the slow way).
+/// Returns `(results, unsettled)`: `unsettled` counts the results that are an errno or
+/// a non-empty short read (the caller looks at those; when it is 0 every range came back
+/// whole or empty, with no per-range check in Python).
 #[pyfunction]
 fn read_cached_many<'py>(
     py: Python<'py>,
     fd: i32,
     ranges: Vec<(i64, usize)>,
-) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+) -> PyResult<(Bound<'py, pyo3::types::PyList>, usize)> {
     use pyo3::types::PyBytes;
     let mut objs: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(ranges.len());
     let mut reqs: Vec<(*mut u8, usize, u64)> = Vec::with_capacity(ranges.len());
@@ -297,14 +300,17 @@ fn read_cached_many<'py>(
     // SAFETY: each buffer belongs to a bytes object held in `objs` until after the call.
     let res = unsafe { uringkit_core::sys::nowait::read_many(fd, &reqs) };
     let out = pyo3::types::PyList::empty(py);
+    let mut unsettled = 0;
     for ((obj, r), &(_, n)) in objs.into_iter().zip(res).zip(&ranges) {
         if r < 0 {
+            unsettled += 1;
             out.append(r)?;
         } else if r as usize == n {
             out.append(obj)?;
         } else {
+            unsettled += usize::from(r > 0);
             out.append(PyBytes::new(py, &obj.as_bytes()[..r as usize]))?;
         }
     }
-    Ok(out)
+    Ok((out, unsettled))
 }

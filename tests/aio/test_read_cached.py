@@ -25,10 +25,11 @@ fd = os.open(sys.argv[1], os.O_RDONLY)
 size = os.fstat(fd).st_size
 ranges = [(i * 4096, 4096) for i in range(0, 64, 3)] + [(size - 100, 4096), (size + 10, 5)]
 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-cold = read_cached_many(fd, ranges)
+cold, cold_unsettled = read_cached_many(fd, ranges)
 os.pread(fd, size, 0)  # now all cached
-hot = read_cached_many(fd, ranges)
+hot, hot_unsettled = read_cached_many(fd, ranges)
 print(json.dumps({
+    "unsettled": [cold_unsettled, hot_unsettled],
     "cold": [r if isinstance(r, int) else len(r) for r in cold],
     "hot": [r.hex() if isinstance(r, bytes) else r for r in hot],
 }))
@@ -55,6 +56,12 @@ def test_hits_misses_and_eof_with_and_without_io_uring(tmp_path: Path) -> None:
     for mode in ("io_uring", "blocked"):
         r = run_child(p, mode)
         assert r["hot"] == want, mode
+        # unsettled counts the errnos and the non-empty short reads: the read at end of
+        # file came back short (it is settled by the caller's look at the file size);
+        # the one past it is empty (settled)
+        cold_unsettled, hot_unsettled = r["unsettled"]
+        assert hot_unsettled == 1, mode
+        assert cold_unsettled == sum(1 for got in r["cold"] if got < 0 or 0 < got < 4096), mode
         # evicted: every range reports EAGAIN rather than reading from the disk (a range
         # the kernel read ahead meanwhile may come back as data: never wrong data)
         for got, exp in zip(r["cold"], [len(bytes.fromhex(w)) for w in want], strict=True):
@@ -67,4 +74,4 @@ def test_bad_offset_and_bad_fd(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="offset must be >= 0"):
         read_cached_many(0, [(-1, 10)])
-    assert read_cached_many(987654, [(0, 10)]) == [-errno.EBADF]
+    assert read_cached_many(987654, [(0, 10)]) == ([-errno.EBADF], 1)

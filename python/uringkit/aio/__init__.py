@@ -170,6 +170,8 @@ async def read_many(file: Any, ranges: Sequence[tuple[int, int]]) -> list[bytes]
     MultiGet pattern); returns the data in request order, short reads completed (shorter
     only at end of file). `file` is a path, an fd, or an open aio file."""
     backend = get_backend()
+    if type(file) is AsyncFile and not file._direct:
+        return await backend.read_many(file.fileno(), ranges)  # type: ignore[no-any-return]
     if isinstance(file, (AsyncFile, AsyncTextFile)):
         return await _read_many_fd(backend, file.fileno(), ranges)
     if isinstance(file, int):

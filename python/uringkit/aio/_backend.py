@@ -143,8 +143,11 @@ class ThreadBackend:
         """Page-cache hits inline (one native call, no thread hop); the rest in one job
         on the pool."""
         ranges = list(ranges)
-        out: list[Any] = read_cached_many(fd, ranges)
-        misses = [i for i, r in enumerate(out) if not _complete(fd, ranges[i], r)]
+        got_cached, unsettled = read_cached_many(fd, ranges)
+        out: list[Any] = got_cached
+        misses = (
+            [i for i, r in enumerate(out) if not _complete(fd, ranges[i], r)] if unsettled else []
+        )
         if misses:
             got = await self.run(
                 lambda: [_pread_full(fd, ranges[i][1], ranges[i][0]) for i in misses]
@@ -596,7 +599,10 @@ class RingBackend:
         RWF_NOWAIT reads, each into its own new bytes object) — and the rest as one batch
         of SQEs on the loop's ring; short reads completed."""
         ranges = list(ranges)
-        out: list[Any] = read_cached_many(fd, ranges)
+        got_cached, unsettled = read_cached_many(fd, ranges)
+        out: list[Any] = got_cached
+        if not unsettled:
+            return out  # every range whole (or empty: at or past end of file)
         misses = [(i, *ranges[i]) for i, r in enumerate(out) if not _complete(fd, ranges[i], r)]
         if misses:
             bufs = [bytearray(n) for _, _, n in misses]
