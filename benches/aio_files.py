@@ -251,7 +251,9 @@ def main() -> int:
                 pass  # no O_DIRECT on this filesystem
         warm(path)
 
-        # sequential copy in 1 MiB chunks
+        # sequential copy in 1 MiB chunks: uringkit, sync and aiofiles in turn, two
+        # rounds, the best of each (the first copy after the O_DIRECT rows can catch the
+        # disk writing back earlier data: 0.57 vs 1.5-1.7 GB/s for the same code)
         dst = path + ".copy"
 
         async def copy() -> None:
@@ -262,29 +264,37 @@ def main() -> int:
                         break
                     await out.write(chunk)
 
-        res["copy_MiB_per_s"] = (size / (1 << 20)) / (timed(L, copy, 1, repeat=1) / 1e6)
-        os.unlink(dst)
-        t = time.perf_counter()
-        with open(path, "rb") as src_f, open(dst, "wb") as out_f:
-            while chunk := src_f.read(1 << 20):
-                out_f.write(chunk)
-        res["copy_sync_MiB_per_s"] = (size / (1 << 20)) / (time.perf_counter() - t)
-        os.unlink(dst)
+        def copy_sync() -> None:
+            with open(path, "rb") as src_f, open(dst, "wb") as out_f:
+                while chunk := src_f.read(1 << 20):
+                    out_f.write(chunk)
+
         try:
             import aiofiles
         except ImportError:
             aiofiles = None
+
+        async def copy_aiofiles() -> None:
+            assert aiofiles is not None
+            async with aiofiles.open(path, "rb") as src, aiofiles.open(dst, "wb") as out:
+                while chunk := await src.read(1 << 20):
+                    await out.write(chunk)
+
+        def copy_sync_us() -> float:
+            t = time.perf_counter()
+            copy_sync()
+            return (time.perf_counter() - t) * 1e6
+
+        copies: dict[str, Callable[[], float]] = {
+            "copy_MiB_per_s": lambda: timed(L, copy, 1, repeat=1),
+            "copy_sync_MiB_per_s": copy_sync_us,
+        }
         if aiofiles is not None:
-
-            async def copy_aiofiles() -> None:
-                async with aiofiles.open(path, "rb") as src, aiofiles.open(dst, "wb") as out:
-                    while chunk := await src.read(1 << 20):
-                        await out.write(chunk)
-
-            res["copy_aiofiles_MiB_per_s"] = (size / (1 << 20)) / (
-                timed(L, copy_aiofiles, 1, repeat=1) / 1e6
-            )
-            os.unlink(dst)
+            copies["copy_aiofiles_MiB_per_s"] = lambda: timed(L, copy_aiofiles, 1, repeat=1)
+        for _ in range(2):
+            for key, us in copies.items():
+                res[key] = max(res.get(key, 0.0), (size / (1 << 20)) / (us() / 1e6))
+                os.unlink(dst)
 
         # small files
         d = tempfile.mkdtemp(dir=a.dir)
