@@ -153,15 +153,15 @@ def main() -> int:
         res["sync_pread"] = (time.perf_counter() - t) * 1e6 / n
 
         # O_DIRECT, 64 in flight, against `uringkit bench` io_uring at iodepth=64 on the
-        # same file, alternating (native, aio, native, aio): the machine drifts
+        # same file, alternating (native, aio, three rounds, each side the same 2 s):
+        # the machine drifts
         try:
             os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
             from uringkit.bench.options import parse_cmdline
             from uringkit.bench.runner import run as run_job
 
-            dn = max(n, 40_000)
             native_iops, aio_iops = [], []
-            for _ in range(2):
+            for _ in range(3):
                 job = parse_cmdline(
                     [
                         "--name=ref",
@@ -177,10 +177,13 @@ def main() -> int:
                     ]
                 )[0]
                 native_iops.append(run_job(job, progress=False)["read"]["iops"])
+                # as many reads as the native job did in its 2 s: both sides run as long
+                dn = max(n, int(native_iops[-1] * 2))
 
-                async def direct_workers() -> None:
+                async def direct_workers(dn: int = dn) -> None:
                     f = await aio.open(path, "rb", direct=True)
-                    await workers(lambda o: f.read_at(4096, o), (offs * 4)[:dn])
+                    reps = -(-dn // len(offs))
+                    await workers(lambda o: f.read_at(4096, o), (offs * reps)[:dn])
                     await f.close()
 
                 aio_iops.append(1e6 / timed(L, direct_workers, dn, repeat=1))
