@@ -8,6 +8,8 @@ use std::os::raw::c_int;
 use std::sync::{Arc, Mutex};
 use uringkit_core::buf::{AlignedBuf, BufRing, FixedBuffers};
 
+use crate::int;
+
 /// Fill a Py_buffer over `len` bytes at `ptr`, owned by `owner`.
 ///
 /// # Safety
@@ -56,7 +58,7 @@ pub struct Fixed {
 #[pymethods]
 impl Fixed {
     #[new]
-    fn new(index: u32) -> Self {
+    fn new(#[pyo3(from_py_with = int::u32_index)] index: u32) -> Self {
         Fixed { index }
     }
     fn __repr__(&self) -> String {
@@ -124,7 +126,7 @@ pub struct AlignedBuffer {
 #[pymethods]
 impl AlignedBuffer {
     #[new]
-    fn new(size: usize) -> PyResult<Self> {
+    fn new(#[pyo3(from_py_with = int::usize_size)] size: usize) -> PyResult<Self> {
         if size == 0 {
             return Err(PyValueError::new_err("size must be at least 1 byte"));
         }
@@ -211,7 +213,7 @@ impl BufferRing {
     }
 
     /// Return buffer `buffer_id` to the kernel. Returns False if it was already there.
-    fn recycle(&self, buffer_id: u16) -> PyResult<bool> {
+    fn recycle(&self, #[pyo3(from_py_with = int::u16_buffer_id)] buffer_id: u16) -> PyResult<bool> {
         let mut r = self.inner.lock().expect("buffer ring lock");
         r.recycle(buffer_id)
             .map_err(|e| PyValueError::new_err(e.to_string()))

@@ -1,5 +1,6 @@
 //! `KvStore`: the Python face of `uringkit_core::kv::Store`.
 
+use crate::int;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -123,11 +124,11 @@ impl KvStore {
         py: Python<'_>,
         path: PathBuf,
         durability: &str,
-        batch_ms: u64,
-        batch_bytes: u64,
+        #[pyo3(from_py_with = int::u64_batch_ms)] batch_ms: u64,
+        #[pyo3(from_py_with = int::u64_batch_bytes)] batch_bytes: u64,
         create: bool,
         repair: bool,
-        segment_size: u64,
+        #[pyo3(from_py_with = int::u64_segment_size)] segment_size: u64,
         io_uring: bool,
         direct: bool,
         index_snapshot: bool,

@@ -5,6 +5,7 @@ mod bench;
 mod buffers;
 mod completion;
 mod convert;
+mod int;
 mod kv;
 mod libaio;
 mod ring;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use uringkit_core::engine::libaio::EventCtx;
 
 use crate::convert::{io_error, read_only_buffer, writable_buffer};
+use crate::int;
 
 #[pyclass(module = "uringkit._native")]
 pub struct LibaioContext {
@@ -41,11 +42,11 @@ impl LibaioContext {
     #[pyo3(signature = (fd, buf, offset, user_data, nbytes=None))]
     fn read(
         &mut self,
-        fd: i32,
+        #[pyo3(from_py_with = int::i32_fd)] fd: i32,
         buf: &Bound<'_, PyAny>,
-        offset: u64,
-        user_data: u64,
-        nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
     ) -> PyResult<()> {
         let pb = writable_buffer(buf, "buf")?;
         let len = nbytes.unwrap_or(pb.len_bytes()).min(pb.len_bytes());
@@ -60,10 +61,10 @@ impl LibaioContext {
     /// Queue a write of `data` at `offset`.
     fn write(
         &mut self,
-        fd: i32,
+        #[pyo3(from_py_with = int::i32_fd)] fd: i32,
         data: &Bound<'_, PyAny>,
-        offset: u64,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
     ) -> PyResult<()> {
         let pb = read_only_buffer(data, "data")?;
         let (p, len) = (pb.buf_ptr() as *mut u8, pb.len_bytes());

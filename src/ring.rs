@@ -17,6 +17,7 @@ use uringkit_core::{Done, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};
 use crate::buffers::{Buffer, BufferRing};
 use crate::completion::Completion;
 use crate::convert::*;
+use crate::int;
 
 /// What an in-flight op keeps alive on the Python side.
 pub enum Keep {
@@ -304,15 +305,15 @@ impl Ring {
         iopoll=false, coop_taskrun=false, single_issuer=false, defer_taskrun=false, cq_entries=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        entries: i64,
+        #[pyo3(from_py_with = int::i64_entries)] entries: i64,
         sqpoll: bool,
-        sq_thread_idle_ms: u32,
-        sq_thread_cpu: Option<u32>,
+        #[pyo3(from_py_with = int::u32_sq_thread_idle_ms)] sq_thread_idle_ms: u32,
+        #[pyo3(from_py_with = int::opt_u32_sq_thread_cpu)] sq_thread_cpu: Option<u32>,
         iopoll: bool,
         coop_taskrun: bool,
         single_issuer: bool,
         defer_taskrun: bool,
-        cq_entries: Option<i64>,
+        #[pyo3(from_py_with = int::opt_i64_cq_entries)] cq_entries: Option<i64>,
     ) -> PyResult<Self> {
         let max = core_ring::setup::MAX_ENTRIES as i64;
         if !(1..=max).contains(&entries) {
@@ -480,7 +481,7 @@ impl Ring {
     fn wait(
         &mut self,
         py: Python<'_>,
-        min_complete: usize,
+        #[pyo3(from_py_with = int::usize_min_complete)] min_complete: usize,
         timeout: Option<f64>,
     ) -> PyResult<Vec<Completion>> {
         if let Some(t) = timeout {
@@ -543,7 +544,11 @@ impl Ring {
     /// Reap every ready completion without blocking (runs deferred task work when the ring
     /// uses DEFER_TASKRUN or COOP_TASKRUN says some is pending).
     #[pyo3(signature = (max=None))]
-    fn completions(&mut self, py: Python<'_>, max: Option<usize>) -> PyResult<Vec<Completion>> {
+    fn completions(
+        &mut self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = int::opt_usize_max)] max: Option<usize>,
+    ) -> PyResult<Vec<Completion>> {
         let max = max.unwrap_or(usize::MAX);
         let mut all = std::mem::take(&mut self.leftover);
         if all.len() > max {
@@ -610,11 +615,11 @@ impl Ring {
         &mut self,
         fd: &Bound<'py, PyAny>,
         buf: &Bound<'py, PyAny>,
-        nbytes: usize,
-        offset: i64,
+        #[pyo3(from_py_with = int::usize_nbytes)] nbytes: usize,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
         new_future: &Bound<'py, PyAny>,
         futures: &Bound<'py, PyDict>,
-        early: usize,
+        #[pyo3(from_py_with = int::usize_early)] early: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let fut = new_future.call0()?;
         let ud = self.fast_ud;
@@ -648,7 +653,7 @@ impl Ring {
     #[pyo3(signature = (*, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
     fn nop(
         &mut self,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -674,16 +679,16 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         buf: Option<&Bound<'_, PyAny>>,
-        offset: i64,
-        nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
         buffer_ring: Option<&Bound<'_, BufferRing>>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
         async_: bool,
         skip_success: bool,
-        rw_flags: i32,
+        #[pyo3(from_py_with = int::i32_rw_flags)] rw_flags: i32,
     ) -> PyResult<()> {
         let fd = fd_arg(fd, "fd")?;
         let off = offset_arg(offset)?;
@@ -736,15 +741,15 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
-        offset: i64,
-        nbytes: Option<usize>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
         async_: bool,
         skip_success: bool,
-        rw_flags: i32,
+        #[pyo3(from_py_with = int::i32_rw_flags)] rw_flags: i32,
     ) -> PyResult<()> {
         let fd = fd_arg(fd, "fd")?;
         let off = offset_arg(offset)?;
@@ -774,8 +779,8 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         buffers: &Bound<'_, PyAny>,
-        offset: i64,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -800,8 +805,8 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         buffers: &Bound<'_, PyAny>,
-        offset: i64,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -826,9 +831,9 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         buf: &Bound<'_, Buffer>,
-        offset: i64,
-        nbytes: Option<usize>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -854,9 +859,9 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         buf: &Bound<'_, Buffer>,
-        offset: i64,
-        nbytes: Option<usize>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -882,7 +887,7 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         datasync: bool,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -904,10 +909,10 @@ impl Ring {
     fn fallocate(
         &mut self,
         fd: &Bound<'_, PyAny>,
-        length: u64,
-        offset: u64,
-        mode: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_length)] length: u64,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::i32_mode)] mode: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -931,11 +936,11 @@ impl Ring {
     fn openat(
         &mut self,
         path: &Bound<'_, PyAny>,
-        flags: i32,
-        mode: u32,
-        dir_fd: i32,
-        fixed_slot: Option<u32>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u32_mode)] mode: u32,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -965,7 +970,7 @@ impl Ring {
         &mut self,
         py: Python<'_>,
         fd: Option<&Bound<'_, PyAny>>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -992,10 +997,10 @@ impl Ring {
     fn statx(
         &mut self,
         path: &Bound<'_, PyAny>,
-        dir_fd: i32,
-        flags: i32,
-        mask: u32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u32_mask)] mask: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1023,10 +1028,10 @@ impl Ring {
         &mut self,
         old: &Bound<'_, PyAny>,
         new: &Bound<'_, PyAny>,
-        old_dir_fd: i32,
-        new_dir_fd: i32,
-        flags: u32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_old_dir_fd)] old_dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_new_dir_fd)] new_dir_fd: i32,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1047,9 +1052,9 @@ impl Ring {
     fn unlinkat(
         &mut self,
         path: &Bound<'_, PyAny>,
-        dir_fd: i32,
-        flags: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1070,9 +1075,9 @@ impl Ring {
     fn mkdirat(
         &mut self,
         path: &Bound<'_, PyAny>,
-        mode: u32,
-        dir_fd: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u32_mode)] mode: u32,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1094,8 +1099,8 @@ impl Ring {
         &mut self,
         target: &Bound<'_, PyAny>,
         link_path: &Bound<'_, PyAny>,
-        dir_fd: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1118,10 +1123,10 @@ impl Ring {
         &mut self,
         old: &Bound<'_, PyAny>,
         new: &Bound<'_, PyAny>,
-        old_dir_fd: i32,
-        new_dir_fd: i32,
-        flags: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_old_dir_fd)] old_dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_new_dir_fd)] new_dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1143,12 +1148,12 @@ impl Ring {
     fn splice(
         &mut self,
         fd_in: &Bound<'_, PyAny>,
-        off_in: i64,
+        #[pyo3(from_py_with = int::i64_off_in)] off_in: i64,
         fd_out: &Bound<'_, PyAny>,
-        off_out: i64,
-        nbytes: u32,
-        flags: u32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i64_off_out)] off_out: i64,
+        #[pyo3(from_py_with = int::u32_nbytes)] nbytes: u32,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1171,9 +1176,9 @@ impl Ring {
         &mut self,
         fd_in: &Bound<'_, PyAny>,
         fd_out: &Bound<'_, PyAny>,
-        nbytes: u32,
-        flags: u32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u32_nbytes)] nbytes: u32,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1198,8 +1203,8 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         multishot: bool,
-        flags: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1231,7 +1236,7 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         address: &Bound<'_, PyAny>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1257,11 +1262,11 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         buf: Option<&Bound<'_, PyAny>>,
-        nbytes: Option<usize>,
-        flags: i32,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
         multishot: bool,
         buffer_ring: Option<&Bound<'_, BufferRing>>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1313,9 +1318,9 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
-        nbytes: Option<usize>,
-        flags: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1343,9 +1348,9 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
-        nbytes: Option<usize>,
-        flags: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1372,8 +1377,8 @@ impl Ring {
         fd: &Bound<'_, PyAny>,
         buffers: &Bound<'_, PyAny>,
         address: Option<&Bound<'_, PyAny>>,
-        flags: u32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1403,8 +1408,8 @@ impl Ring {
         &mut self,
         fd: &Bound<'_, PyAny>,
         buffers: &Bound<'_, PyAny>,
-        flags: u32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1431,8 +1436,8 @@ impl Ring {
     fn shutdown(
         &mut self,
         fd: &Bound<'_, PyAny>,
-        how: i32,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_how)] how: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1453,11 +1458,11 @@ impl Ring {
     #[allow(clippy::too_many_arguments)]
     fn socket(
         &mut self,
-        domain: i32,
-        type_: i32,
-        protocol: i32,
-        fixed_slot: Option<u32>,
-        user_data: u64,
+        #[pyo3(from_py_with = int::i32_domain)] domain: i32,
+        #[pyo3(from_py_with = int::i32_type_)] type_: i32,
+        #[pyo3(from_py_with = int::i32_protocol)] protocol: i32,
+        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1479,9 +1484,9 @@ impl Ring {
     fn timeout(
         &mut self,
         seconds: f64,
-        count: u32,
+        #[pyo3(from_py_with = int::u32_count)] count: u32,
         absolute: bool,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1509,7 +1514,7 @@ impl Ring {
     fn link_timeout(
         &mut self,
         seconds: f64,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1537,10 +1542,10 @@ impl Ring {
     #[allow(clippy::too_many_arguments)]
     fn cancel(
         &mut self,
-        target: Option<u64>,
+        #[pyo3(from_py_with = int::opt_u64_target)] target: Option<u64>,
         fd: Option<&Bound<'_, PyAny>>,
         all: bool,
-        user_data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
         drain: bool,
@@ -1593,7 +1598,7 @@ impl Ring {
         fd: &Bound<'_, PyAny>,
         buf: &Bound<'_, PyAny>,
         offsets: Vec<i64>,
-        size: usize,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
     ) -> PyResult<Vec<i32>> {
         self.batch(py, fd, buf, offsets, size, true)
     }
@@ -1607,7 +1612,7 @@ impl Ring {
         fd: &Bound<'_, PyAny>,
         buf: &Bound<'_, PyAny>,
         offsets: Vec<i64>,
-        size: usize,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
     ) -> PyResult<Vec<i32>> {
         self.batch(py, fd, buf, offsets, size, false)
     }
@@ -1634,7 +1639,10 @@ impl Ring {
 
     /// Register an empty fixed file table of `count` slots (fill with update_files, or
     /// openat/socket/accept with `fixed_slot=`).
-    fn register_files_sparse(&mut self, count: u32) -> PyResult<()> {
+    fn register_files_sparse(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_count)] count: u32,
+    ) -> PyResult<()> {
         if count == 0 {
             return Err(PyValueError::new_err("count must be at least 1"));
         }
@@ -1649,7 +1657,11 @@ impl Ring {
 
     /// Replace fixed file slots starting at `offset` with `fds` (-1 clears a slot).
     /// Returns how many slots were updated.
-    fn update_files(&mut self, offset: u32, fds: Vec<i32>) -> PyResult<usize> {
+    fn update_files(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_offset)] offset: u32,
+        fds: Vec<i32>,
+    ) -> PyResult<usize> {
         let Some(n) = self.files else {
             return Err(PyValueError::new_err(
                 "no file table: call register_files or register_files_sparse first",
@@ -1672,7 +1684,11 @@ impl Ring {
     /// event loop learns that `completions()` has work (`loop.add_reader(fd, ...)`).
     /// `async_only=True` signals only for ops that did not complete inline.
     #[pyo3(signature = (fd, *, async_only=false))]
-    fn register_eventfd(&mut self, fd: i32, async_only: bool) -> PyResult<()> {
+    fn register_eventfd(
+        &mut self,
+        #[pyo3(from_py_with = int::i32_fd)] fd: i32,
+        async_only: bool,
+    ) -> PyResult<()> {
         let core = self.core()?;
         let sub = core.raw().submitter();
         let r = if async_only {
@@ -1715,8 +1731,8 @@ impl Ring {
     fn register_buffers(
         &mut self,
         py: Python<'_>,
-        count: usize,
-        size: usize,
+        #[pyo3(from_py_with = int::usize_count)] count: usize,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
     ) -> PyResult<Vec<Py<Buffer>>> {
         if self.fixed.is_some() {
             return Err(PyValueError::new_err(
@@ -1779,9 +1795,9 @@ impl Ring {
     fn buffer_ring(
         &mut self,
         py: Python<'_>,
-        group_id: u16,
-        count: u16,
-        size: usize,
+        #[pyo3(from_py_with = int::u16_group_id)] group_id: u16,
+        #[pyo3(from_py_with = int::u16_count)] count: u16,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
     ) -> PyResult<Py<BufferRing>> {
         if self.buf_rings.contains_key(&group_id) {
             return Err(PyValueError::new_err(format!(

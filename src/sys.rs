@@ -1,5 +1,6 @@
 //! Process and kernel facts for `uringkit doctor` and the test suite.
 
+use crate::int;
 use pyo3::prelude::*;
 use uringkit_core::op::{statx_fd, STATX_DIOALIGN};
 
@@ -134,7 +135,7 @@ fn stat_cached<'py>(
     py: Python<'py>,
     path: &Bound<'py, PyAny>,
     follow_symlinks: bool,
-    dir_fd: i32,
+    #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
 ) -> PyResult<Option<Bound<'py, pyo3::types::PyTuple>>> {
     let c = crate::convert::path_arg(path)?;
     // STATX_BASIC_STATS: what os.stat reports
@@ -190,9 +191,9 @@ fn preadv2_nowait(fd: i32, buf: *mut u8, len: usize, offset: i64) -> isize {
 #[pyfunction]
 fn pread_nowait<'py>(
     py: Python<'py>,
-    fd: i32,
-    n: usize,
-    offset: i64,
+    #[pyo3(from_py_with = int::i32_fd)] fd: i32,
+    #[pyo3(from_py_with = int::usize_n)] n: usize,
+    #[pyo3(from_py_with = int::i64_offset)] offset: i64,
 ) -> PyResult<Option<Bound<'py, pyo3::types::PyBytes>>> {
     let mut got: isize = 0;
     let b = pyo3::types::PyBytes::new_with(py, n, |buf: &mut [u8]| {
@@ -226,7 +227,7 @@ fn pread_nowait<'py>(
 /// for data not in the page cache (read those through the ring).
 #[pyfunction]
 fn pread_nowait_many(
-    fd: i32,
+    #[pyo3(from_py_with = int::i32_fd)] fd: i32,
     buf: &Bound<'_, PyAny>,
     ranges: Vec<(i64, usize)>,
 ) -> PyResult<Vec<i64>> {
@@ -267,7 +268,7 @@ fn pread_nowait_many(
 #[pyfunction]
 fn read_cached_many<'py>(
     py: Python<'py>,
-    fd: i32,
+    #[pyo3(from_py_with = int::i32_fd)] fd: i32,
     ranges: Vec<(i64, usize)>,
 ) -> PyResult<(Bound<'py, pyo3::types::PyList>, usize)> {
     use pyo3::types::PyBytes;

@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from uringkit import Ring, aligned_buffer
+from uringkit import Fixed, Ring, aligned_buffer
 
 from conftest import need_ops
 
@@ -60,6 +61,39 @@ def test_misaligned_o_direct_explained(ring: Ring, tmp_path: Path) -> None:
         assert c.errno == errno.EINVAL and "offset 100" in (c.message or "")
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda r: r.nop(user_data=-1), r"user_data must be between 0 and 2\*\*64 - 1 \(got -1\)"),
+        (lambda r: r.nop(user_data=2**64), r"user_data must be between 0 and 2\*\*64 - 1"),
+        (
+            lambda r: r.read(0, bytearray(1), 2**63),
+            r"offset must be between 0 and 2\*\*63 - 1, or -1",
+        ),
+        (lambda r: r.read(0, bytearray(1), 0, nbytes=-1), r"nbytes must be between 0 and"),
+        (lambda r: r.wait(-1), r"min_complete must be between 0 and"),
+        (lambda r: r.completions(-5), r"max must be between 0 and"),
+        (lambda r: r.register_files_sparse(-1), r"count must be between 0 and 2\*\*32 - 1"),
+        (lambda r: Ring(2**70), r"entries must be between 1 and 32768"),
+        (lambda r: Fixed(-1), r"index must be between 0 and 2\*\*32 - 1"),
+    ],
+)
+def test_out_of_range_int_names_the_argument(ring: Ring, call: Any, message: str) -> None:
+    """PyO3 alone says "can't convert negative int to unsigned" without saying which
+    argument; every int argument of the native API names itself and its range."""
+    with pytest.raises(OverflowError, match=message):
+        call(ring)
+
+
+def test_non_int_names_the_argument(ring: Ring) -> None:
+    with pytest.raises(TypeError, match="user_data must be an int, not str"):
+        ring.nop(user_data="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="offset must be an int, not float"):
+        ring.read(0, bytearray(1), 1.5)  # type: ignore[arg-type]
+    ring.nop(user_data=True)  # bool is an int, as everywhere in Python
+    assert ring.wait(1)[0].user_data == 1
 
 
 def test_iopoll_without_poll_queues_is_an_error_not_a_hang(tmp_path: Path) -> None:

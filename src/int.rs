@@ -1,0 +1,135 @@
+//! Integer arguments whose errors name the argument and its range.
+//!
+//! PyO3 puts an argument's name only into `TypeError`s; an out-of-range int comes out as
+//! a bare `OverflowError("can't convert negative int to unsigned")`. Each function here
+//! extracts one argument (`#[pyo3(from_py_with = int::u64_user_data)]`) and turns an
+//! overflow into `OverflowError("user_data must be between 0 and 2**64 - 1 (got -1)")`.
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
+use pyo3::prelude::*;
+
+/// `v` as people write it: `2**64 - 1` rather than `18446744073709551615`.
+fn bound(v: i128) -> String {
+    let pow2 = |x: i128| x > 0 && x & (x - 1) == 0;
+    if v > 0xFFFF && pow2(v + 1) {
+        format!("2**{} - 1", (v + 1).trailing_zeros())
+    } else if v < -0xFFFF && pow2(-v) {
+        format!("-2**{}", (-v).trailing_zeros())
+    } else {
+        v.to_string()
+    }
+}
+
+/// The error for argument `name`: out of range (`range`: "between 0 and 2**64 - 1"), or
+/// not an int at all.
+fn named(obj: &Bound<'_, PyAny>, name: &str, range: &str, e: PyErr) -> PyErr {
+    let py = obj.py();
+    if e.is_instance_of::<PyOverflowError>(py) {
+        let got = obj.str().map(|s| s.to_string()).unwrap_or_default();
+        PyOverflowError::new_err(format!("{name} must be {range} (got {got})"))
+    } else if e.is_instance_of::<PyTypeError>(py) {
+        let ty = obj
+            .get_type()
+            .name()
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        PyTypeError::new_err(format!("{name} must be an int, not {ty}"))
+    } else {
+        e
+    }
+}
+
+fn between(lo: i128, hi: i128) -> String {
+    format!("between {} and {}", bound(lo), bound(hi))
+}
+
+/// `fn_name => "python_name": type` (the range in the message is the type's), or
+/// `... = "range text"` where only part of the type's range is valid.
+macro_rules! int_args {
+    ($($f:ident => $name:literal : $t:ty $(= $range:literal)?),* $(,)?) => {$(
+        pub fn $f(obj: &Bound<'_, PyAny>) -> PyResult<$t> {
+            obj.extract::<$t>().map_err(|e| {
+                #[allow(unused_mut, unused_assignments)]
+                let mut range = between(<$t>::MIN as i128, <$t>::MAX as i128);
+                $(range = $range.to_string();)?
+                named(obj, $name, &range, e)
+            })
+        }
+    )*};
+}
+
+macro_rules! opt_int_args {
+    ($($f:ident => $name:literal : $t:ty),* $(,)?) => {$(
+        pub fn $f(obj: &Bound<'_, PyAny>) -> PyResult<Option<$t>> {
+            if obj.is_none() {
+                return Ok(None);
+            }
+            obj.extract::<$t>()
+                .map(Some)
+                .map_err(|e| named(obj, $name, &between(<$t>::MIN as i128, <$t>::MAX as i128), e))
+        }
+    )*};
+}
+
+int_args! {
+    u64_batch_ms => "batch_ms": u64,
+    u64_batch_bytes => "batch_bytes": u64,
+    u64_segment_size => "segment_size": u64,
+    i32_fd => "fd": i32,
+    u64_offset => "offset": u64,
+    u64_user_data => "user_data": u64,
+    i64_entries => "entries": i64 = "between 1 and 32768",
+    u32_sq_thread_idle_ms => "sq_thread_idle_ms": u32,
+    usize_min_complete => "min_complete": usize,
+    usize_nbytes => "nbytes": usize,
+    i64_offset => "offset": i64 = "between 0 and 2**63 - 1, or -1 for the current file position",
+    usize_early => "early": usize,
+    i32_rw_flags => "rw_flags": i32,
+    u64_length => "length": u64,
+    i32_mode => "mode": i32,
+    i32_flags => "flags": i32,
+    u32_mode => "mode": u32,
+    i32_dir_fd => "dir_fd": i32,
+    u32_mask => "mask": u32,
+    i32_old_dir_fd => "old_dir_fd": i32,
+    i32_new_dir_fd => "new_dir_fd": i32,
+    u32_flags => "flags": u32,
+    i64_off_in => "off_in": i64,
+    i64_off_out => "off_out": i64,
+    u32_nbytes => "nbytes": u32,
+    i32_how => "how": i32,
+    i32_domain => "domain": i32,
+    i32_type_ => "type_": i32,
+    i32_protocol => "protocol": i32,
+    u32_count => "count": u32,
+    usize_size => "size": usize,
+    usize_count => "count": usize,
+    u16_group_id => "group_id": u16,
+    u16_count => "count": u16,
+    usize_n => "n": usize,
+    u32_index => "index": u32,
+    u16_buffer_id => "buffer_id": u16,
+    u32_offset => "offset": u32,
+}
+
+opt_int_args! {
+    opt_usize_nbytes => "nbytes": usize,
+    opt_u32_sq_thread_cpu => "sq_thread_cpu": u32,
+    opt_i64_cq_entries => "cq_entries": i64,
+    opt_u32_fixed_slot => "fixed_slot": u32,
+    opt_u64_target => "target": u64,
+    opt_usize_max => "max": usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bound;
+
+    #[test]
+    fn bounds_read_like_python() {
+        assert_eq!(bound(u64::MAX as i128), "2**64 - 1");
+        assert_eq!(bound(i64::MIN as i128), "-2**63");
+        assert_eq!(bound(u16::MAX as i128), "65535");
+        assert_eq!(bound(0), "0");
+    }
+}
