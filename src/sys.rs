@@ -269,19 +269,25 @@ fn pread_nowait_many(
 fn read_cached_many<'py>(
     py: Python<'py>,
     #[pyo3(from_py_with = int::i32_fd)] fd: i32,
-    ranges: Vec<(i64, usize)>,
+    ranges: Vec<(i64, i64)>,
 ) -> PyResult<(Bound<'py, pyo3::types::PyList>, usize)> {
     use pyo3::types::PyBytes;
     let mut objs: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(ranges.len());
     let mut reqs: Vec<(*mut u8, usize, u64)> = Vec::with_capacity(ranges.len());
-    for &(off, n) in &ranges {
-        if off < 0 {
+    for (i, &(off, n)) in ranges.iter().enumerate() {
+        if off < 0 || n < 0 {
+            let (what, v) = if off < 0 {
+                ("offset", off)
+            } else {
+                ("length", n)
+            };
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "offset must be >= 0 (got {off})"
+                "{what} must be >= 0 (got {v}, range {i})"
             )));
         }
-        let n_ssize = isize::try_from(n)
-            .map_err(|_| pyo3::exceptions::PyValueError::new_err("range too large"))?;
+        // (n >= 0, and an i64 fits an isize on the 64-bit targets io_uring exists on)
+        let n_ssize = n as isize;
+        let n = n as usize;
         // SAFETY: PyBytes_FromStringAndSize(NULL, n) returns a new, uninitialised bytes
         // object of n bytes (or NULL with an exception set); nobody else sees it yet.
         let obj = unsafe {
@@ -302,7 +308,7 @@ fn read_cached_many<'py>(
     let res = unsafe { uringkit_core::sys::nowait::read_many(fd, &reqs) };
     let out = pyo3::types::PyList::empty(py);
     let mut unsettled = 0;
-    for ((obj, r), &(_, n)) in objs.into_iter().zip(res).zip(&ranges) {
+    for ((obj, r), &(_, n, _)) in objs.into_iter().zip(res).zip(&reqs) {
         if r < 0 {
             unsettled += 1;
             out.append(r)?;

@@ -54,22 +54,9 @@ async def async_script(opener: Callable[..., Any], path: Path, mode_r: str, **kw
     return out
 
 
-class _Opener:
-    """aio.open is a coroutine returning the file; make it usable with `async with`."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        self.a, self.kw = a, kw
-
-    async def __aenter__(self) -> Any:
-        self.f = await aio.open(*self.a, **self.kw)
-        return self.f
-
-    async def __aexit__(self, *e: object) -> None:
-        await self.f.close()
-
-
 def ours(*a: Any, **kw: Any) -> Any:
-    return _Opener(*a, **kw)
+    # as aiofiles.open: usable with `async with` directly (and awaitable)
+    return aio.open(*a, **kw)
 
 
 def test_binary_reads(tmp_path: Path, run: Any) -> None:
@@ -196,6 +183,25 @@ def test_open_errors(tmp_path: Path, run: Any, which: str, mode: str, kw: dict[s
     assert got_aiofiles == want
 
 
+def test_open_is_awaitable_and_an_async_context_manager(tmp_path: Path, run: Any) -> None:
+    """Both ways aiofiles.open is used: `async with open(...)` closes on exit, `await
+    open(...)` hands the file over."""
+    p = tmp_path / "f"
+    p.write_bytes(b"data")
+
+    async def go(opener: Callable[..., Any]) -> list[Any]:
+        async with opener(p, "rb") as f:
+            first = await f.read()
+        g = await opener(p, "rb")
+        out = [first, f.closed, g.closed, await g.read()]
+        await g.close()
+        return out
+
+    want = [b"data", True, False, b"data"]
+    assert run(lambda: go(aio.open)) == want
+    assert run(lambda: go(aiofiles.open)) == want
+
+
 def test_wrong_direction_and_closed(tmp_path: Path, run: Any) -> None:
     p = tmp_path / "f"
     p.write_bytes(b"data")
@@ -217,6 +223,25 @@ def test_wrong_direction_and_closed(tmp_path: Path, run: Any) -> None:
     assert got[1][0] is ValueError
     assert got[2][0] is io.UnsupportedOperation
     assert got[3][0] is TypeError
+
+
+@pytest.mark.parametrize(("offset", "whence"), [(0, 7), (-1, os.SEEK_SET), (-100, os.SEEK_CUR)])
+def test_bad_seeks(tmp_path: Path, run: Any, offset: int, whence: int) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(b"data")
+
+    def sync() -> Any:
+        with open(p, "rb") as f:
+            return _exc(lambda: f.seek(offset, whence)), f.tell()
+
+    async def with_opener(opener: Callable[..., Any]) -> Any:
+        async with opener(p, "rb") as f:
+            return await _aexc(f.seek(offset, whence)), await f.tell()
+
+    want = sync()
+    assert want[0] is not None
+    assert run(lambda: with_opener(aio.open)) == want
+    assert run(lambda: with_opener(aiofiles.open)) == want
 
 
 async def _buffered(opener: Callable[..., Any], path: Path) -> list[Any]:

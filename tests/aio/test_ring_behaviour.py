@@ -241,6 +241,46 @@ def test_read_many_and_write_many(tmp_path: Path, run: Any) -> None:
     assert (tmp_path / "w").read_bytes() == b"hello" + b"\0" * 5 + b"world"
 
 
+def test_negative_offsets_and_lengths_are_refused(tmp_path: Path, run: Any) -> None:
+    """A negative offset reaching the ring means "the current file position": a pread or
+    pwrite at -1 would silently read or write in the wrong place. Each is a ValueError
+    naming the argument, and the file is untouched."""
+    p = tmp_path / "f"
+    data = os.urandom(8192)
+    p.write_bytes(data)
+
+    async def go() -> None:
+        f = await aio.open(p, "r+b")
+        await f.seek(4096)
+        with pytest.raises(ValueError, match=r"offset must be >= 0 \(got -1\)"):
+            await f.read_at(10, -1)
+        with pytest.raises(ValueError, match=r"length must be >= 0 \(got -1\)"):
+            await f.read_at(-1, 0)
+        with pytest.raises(ValueError, match="offset must be >= 0"):
+            await f.write_at(b"oops", -1)
+        with pytest.raises(ValueError, match="offset must be >= 0"):
+            await f.readinto_at(bytearray(4), -1)
+        with pytest.raises(ValueError, match=r"length must be >= 0 \(got -10, range 1\)"):
+            await aio.read_many(f, [(0, 10), (0, -10)])
+        with pytest.raises(ValueError, match=r"offset must be >= 0 \(got -5, range 0\)"):
+            await aio.read_many(p, [(-5, 10)])
+        with pytest.raises(ValueError, match="offset must be >= 0"):
+            await aio.write_many(f, [(-1, b"oops")])
+        assert await f.tell() == 4096
+        await f.close()
+        g = await aio.open(p, "rb", direct=True)
+        with pytest.raises(ValueError, match="offset must be >= 0"):
+            await aio.read_many(g, [(-4096, 4096)])
+        await g.close()
+
+    try:
+        os.close(os.open(p, os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.skip(f"{tmp_path} refuses O_DIRECT")
+    run(go)
+    assert p.read_bytes() == data
+
+
 def test_read_many_cold_ranges_go_out_in_one_submission(tmp_path: Path, run: Any) -> None:
     """Ranges not in the page cache (RocksDB's MultiGet case) are read in one batch."""
     p = tmp_path / "f"

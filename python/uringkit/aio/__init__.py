@@ -18,15 +18,24 @@ from __future__ import annotations
 import fcntl
 import io
 import os as _os
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from .._native import AlignedBuffer
 from . import os
 from ._backend import get_backend
-from ._file import AsyncFile, AsyncTextFile, _explain_direct
+from ._file import AsyncFile, AsyncTextFile, _explain_direct, bad_range
 
-__all__ = ["AsyncFile", "AsyncTextFile", "backend_name", "open", "os", "read_many", "write_many"]
+__all__ = [
+    "AsyncFile",
+    "AsyncTextFile",
+    "OpenContext",
+    "backend_name",
+    "open",
+    "os",
+    "read_many",
+    "write_many",
+]
 
 
 #: Write buffer of files opened with the default `buffering=-1`: bigger than the
@@ -72,7 +81,29 @@ def _flags(mode: str) -> tuple[int, bool, bool, bool, bool]:
     return flags | _os.O_CLOEXEC, readable, writable, appending, binary
 
 
-async def open(  # noqa: A001 - the point is to shadow builtins.open
+class OpenContext:
+    """What `open` returns, as `aiofiles.open` does: `await` it for the file, or use it
+    directly with `async with` (the file is closed on exit)."""
+
+    __slots__ = ("_args", "_direct", "_file")
+
+    def __init__(self, args: tuple[Any, ...], direct: bool) -> None:
+        self._args = args
+        self._direct = direct
+        self._file: Any = None
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return _open(*self._args, direct=self._direct).__await__()
+
+    async def __aenter__(self) -> Any:
+        self._file = await _open(*self._args, direct=self._direct)
+        return self._file
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._file.close()
+
+
+def open(  # noqa: A001 - the point is to shadow builtins.open
     file: Any,
     mode: str = "r",
     buffering: int = -1,
@@ -83,11 +114,12 @@ async def open(  # noqa: A001 - the point is to shadow builtins.open
     opener: Any = None,
     *,
     direct: bool = False,
-) -> Any:
-    """Open a file; same signature and behaviour as `aiofiles.open` / builtin `open`.
+) -> OpenContext:
+    """Open a file; same signature and behaviour as `aiofiles.open` / builtin `open`:
+    `async with aio.open(path) as f:` or `f = await aio.open(path)`.
 
-    Returns an `AsyncFile` (binary modes) or an `AsyncTextFile` (text modes), usable with
-    `async with` and `async for`. Writes are buffered as with the stdlib: `buffering=-1`
+    The file is an `AsyncFile` (binary modes) or an `AsyncTextFile` (text modes), usable
+    with `async with` and `async for`. Writes are buffered as with the stdlib: `buffering=-1`
     gathers small writes in a 64 KiB buffer written out on flush(), close(), a seek or a
     read (or when full), `0` writes through (binary only), `1` flushes at each newline
     (text only), `N` is an N-byte buffer; errors of a buffered write surface where the
@@ -98,6 +130,21 @@ async def open(  # noqa: A001 - the point is to shadow builtins.open
     `uringkit.aligned_buffer`, and block-multiple offsets and lengths); misalignment raises
     EINVAL with the reason.
     """
+    return OpenContext((file, mode, buffering, encoding, errors, newline, closefd, opener), direct)
+
+
+async def _open(
+    file: Any,
+    mode: str,
+    buffering: int,
+    encoding: str | None,
+    errors: str | None,
+    newline: str | None,
+    closefd: bool,
+    opener: Any,
+    *,
+    direct: bool,
+) -> Any:
     flags, readable, writable, append, binary = _flags(mode)
     if binary and (encoding is not None or errors is not None or newline is not None):
         what = (
@@ -186,6 +233,9 @@ async def read_many(file: Any, ranges: Sequence[tuple[int, int]]) -> list[bytes]
 async def _read_many_fd(backend: Any, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
     if not fcntl.fcntl(fd, fcntl.F_GETFL) & _os.O_DIRECT:
         return await backend.read_many(fd, ranges)  # type: ignore[no-any-return]
+    for o, n in ranges:  # (the page-cache path checks them natively)
+        if o < 0 or n < 0:
+            raise bad_range(o, n)
     # O_DIRECT: no page cache to hit, so every range is one read into its own aligned
     # buffer, all in flight together (the disk sees the whole batch at once).
     ranges = list(ranges)
@@ -208,6 +258,9 @@ async def write_many(file: Any, items: Sequence[tuple[int, Any]]) -> list[int]:
     raises). Returns the byte counts in request order."""
     import asyncio
 
+    for off, _ in items:
+        if off < 0:
+            raise bad_range(off)
     backend = get_backend()
     own = not isinstance(file, (int, AsyncFile, AsyncTextFile))
     if own:

@@ -22,6 +22,17 @@ T = TypeVar("T", bytes, str)
 CHUNK = 64 * 1024
 
 
+_SEEK_OTHER = frozenset(getattr(os, n) for n in ("SEEK_DATA", "SEEK_HOLE") if hasattr(os, n))
+
+
+def bad_range(offset: int, n: int | None = None) -> ValueError:
+    """The error for a negative offset or length (the ring would read a negative offset
+    as "the current file position": never let one through)."""
+    if offset < 0:
+        return ValueError(f"offset must be >= 0 (got {offset})")
+    return ValueError(f"length must be >= 0 (got {n})")
+
+
 def _explain_direct(e: OSError, n: int, offset: int) -> OSError:
     if e.errno != errno.EINVAL or (e.strerror and "align" in e.strerror):
         return e
@@ -366,8 +377,10 @@ class AsyncFile(_Lines[bytes]):
             new = self._pos + offset
         elif whence == os.SEEK_END:
             new = os.fstat(self._fd).st_size + offset
-        else:
+        elif whence in _SEEK_OTHER:  # SEEK_DATA, SEEK_HOLE
             new = os.lseek(self._fd, offset, whence)
+        else:
+            raise ValueError(f"whence value {whence} unsupported")
         if new < 0:
             raise OSError(errno.EINVAL, "Invalid argument")
         self._pos = new
@@ -423,6 +436,8 @@ class AsyncFile(_Lines[bytes]):
         """pread: `n` bytes at `offset` (fewer only at EOF); the position does not move."""
         if self.closed or not self._readable:
             self._check("r")
+        if offset < 0 or n < 0:
+            raise bad_range(offset, n)
         if self._wbuf:
             await self._flush_w()
         if not self._direct:
@@ -471,7 +486,10 @@ class AsyncFile(_Lines[bytes]):
         return data
 
     async def readinto_at(self, buf: Any, offset: int) -> int:
+        """preadv into `buf`: the number of bytes read; the position does not move."""
         self._check("r")
+        if offset < 0:
+            raise bad_range(offset)
         if self._wbuf:
             await self._flush_w()
         try:
@@ -486,6 +504,8 @@ class AsyncFile(_Lines[bytes]):
     async def write_at(self, data: Any, offset: int) -> int:
         """pwrite: all of `data` at `offset` (or raise); the position does not move."""
         self._check("w")
+        if offset < 0:
+            raise bad_range(offset)
         self._drop_buf()
         if self._wbuf:
             await self._flush_w()
