@@ -35,6 +35,55 @@ def test_basic_roundtrip(tmp_path: Path, durability: str) -> None:
         assert sorted(db.items()) == [(b"x", b"10"), (b"y", b"20")]
 
 
+def test_mapping_protocol(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    with kv.open(p) as db:
+        db[b"a"] = b"1"
+        db[b"b"] = b"2"
+        assert db[b"a"] == b"1"
+        with pytest.raises(KeyError):
+            db[b"missing"]
+        del db[b"a"]
+        with pytest.raises(KeyError):
+            del db[b"a"]
+        assert b"a" not in db and len(db) == 1
+        assert db.values() == [b"2"] and list(db) == [b"b"]
+        with pytest.raises(TypeError, match="key must be bytes"):
+            db["text"] = b"x"  # type: ignore[index]
+    with kv.open(p) as db:  # durable like put/delete
+        assert db[b"b"] == b"2" and b"a" not in db
+
+
+def test_bytes_like_values(tmp_path: Path) -> None:
+    """Values may be any bytes-like object (copied when put); keys stay bytes."""
+    import array
+
+    p = tmp_path / "db"
+    with kv.open(p) as db:
+        ba = bytearray(b"mutable")
+        db.put(b"ba", ba)
+        db[b"mv"] = memoryview(b"0123456789")[2:5]
+        db.put(b"arr", array.array("B", [1, 2, 3]))
+        with db.batch() as b:
+            b.put(b"batched", ba)
+            ba[:] = b"changed"  # after put: not what the batch writes
+        with pytest.raises(TypeError, match="bytes-like"):
+            db.put(b"k", 5)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="bytes-like"):
+            db.put(b"k", "text")  # type: ignore[arg-type]
+
+        async def go() -> None:
+            async with kv.open_async(tmp_path / "adb") as adb:
+                await adb.put(b"a", bytearray(b"async"))
+                await adb.batch([(b"b", memoryview(b"view")), (b"c", None)])
+                assert await adb.get(b"a") == b"async" and await adb.get(b"b") == b"view"
+
+        asyncio.run(go())
+    with kv.open(p) as db:
+        assert db[b"ba"] == b"mutable" and db[b"mv"] == b"234"
+        assert db[b"arr"] == b"\x01\x02\x03" and db[b"batched"] == b"mutable"
+
+
 def test_failed_batch_is_not_applied(tmp_path: Path) -> None:
     with kv.open(tmp_path / "db") as db:
         with pytest.raises(RuntimeError), db.batch() as b:

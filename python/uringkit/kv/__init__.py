@@ -24,9 +24,12 @@ import os
 import warnings
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._native import KvStore
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 __all__ = ["DB", "AsyncDB", "Batch", "open", "open_async"]
 
@@ -42,7 +45,9 @@ class Batch:
         self._db = db
         self.ops: list[tuple[bytes, bytes | None]] = []
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: bytes, value: Buffer) -> None:
+        if type(value) is not bytes:
+            value = _value(value)  # a copy: later changes to a bytearray do not leak in
         _check(key, value)
         self.ops.append((key, value))
 
@@ -58,6 +63,18 @@ class Batch:
     ) -> None:
         if et is None and self.ops:
             self._db._s.batch(self.ops)
+
+
+def _value(value: Any) -> bytes:
+    """A value as bytes: bytes as is, any other bytes-like object (bytearray, memoryview,
+    array, numpy array…) copied."""
+    try:
+        return bytes(memoryview(value))
+    except TypeError:
+        raise TypeError(
+            f"value must be bytes or a bytes-like object (bytearray, memoryview), "
+            f"not {type(value).__name__}"
+        ) from None
 
 
 def _check(key: Any, value: Any) -> None:
@@ -93,7 +110,10 @@ class DB:
             warnings.warn(f"repair: {s}", RuntimeWarning, stacklevel=3)
 
     # put/get/delete: the native side checks types and sizes (same errors as _check)
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: bytes, value: Buffer) -> None:
+        """Store `value` (bytes, or any bytes-like object: copied) under `key` (bytes)."""
+        if type(value) is not bytes:
+            value = _value(value)
         self._s.put(key, value)
 
     def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
@@ -124,8 +144,26 @@ class DB:
         """A snapshot of (key, value) pairs (arbitrary order)."""
         return self._s.items()
 
+    def values(self) -> list[bytes]:
+        """A snapshot of the values (in the order of `keys()` taken at the same time)."""
+        return [v for _, v in self._s.items()]
+
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
+
+    # the mapping protocol, as dbm/shelve/rocksdict: db[key], db[key] = value, del db[key]
+    def __getitem__(self, key: bytes) -> bytes:
+        v = self._s.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def __setitem__(self, key: bytes, value: Buffer) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: bytes) -> None:
+        if not self._s.delete(key):
+            raise KeyError(key)
 
     def compact(self) -> tuple[int, int]:
         """Rewrite live records, retire old segments: (segments retired, bytes reclaimed).
@@ -303,7 +341,9 @@ class AsyncDB:
             if isinstance(err, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
                 raise err
 
-    async def put(self, key: bytes, value: bytes) -> None:
+    async def put(self, key: bytes, value: Buffer) -> None:
+        if type(value) is not bytes:
+            value = _value(value)
         ring = self._ring
         if ring is None:
             if not self.db._s.write_nowait([(key, value)]):
@@ -340,11 +380,12 @@ class AsyncDB:
             return self.db.multi_get(keys)
         return await self._run(self.db.multi_get, keys)  # type: ignore[no-any-return]
 
-    async def batch(self, ops: list[tuple[bytes, bytes | None]]) -> None:
-        for k, v in ops:
+    async def batch(self, ops: list[tuple[bytes, Buffer | None]]) -> None:
+        held = [(k, v if v is None or type(v) is bytes else _value(v)) for k, v in ops]
+        for k, v in held:
             _check(k, v)
-        if ops:
-            await self._write(list(ops), True)
+        if held:
+            await self._write(held, True)
 
     async def compact(self) -> tuple[int, int]:
         await self._drain()
