@@ -202,6 +202,44 @@ def test_open_is_awaitable_and_an_async_context_manager(tmp_path: Path, run: Any
     assert run(lambda: go(aiofiles.open)) == want
 
 
+@pytest.mark.parametrize("mode", ["r", "rt", "r+", "w+", "a", "rb", "r+b", "rb+", "wb", "ab+"])
+def test_mode_and_capability_methods(tmp_path: Path, run: Any, mode: str) -> None:
+    """`mode` as the stdlib spells it, and aiofiles' split between plain and awaitable
+    methods: binary `readable()`/`fileno()` plain, `writable()/seekable()/isatty()`
+    awaitable; text: all four awaitable."""
+    p = tmp_path / "f"
+    p.write_bytes(b"abc\ndef\n")
+    with open(p, mode) as f:
+        want = [f.mode, f.readable(), f.writable(), f.seekable(), f.isatty()]
+
+    async def go(opener: Callable[..., Any]) -> list[Any]:
+        async with opener(p, mode) as f:
+            r = f.readable()
+            if "b" not in mode:
+                r = await r
+            return [f.mode, r, await f.writable(), await f.seekable(), await f.isatty()]
+
+    assert run(lambda: go(aio.open)) == want
+    assert run(lambda: go(aiofiles.open)) == want
+
+
+def test_peek(tmp_path: Path, run: Any) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+
+    async def go(opener: Callable[..., Any]) -> list[Any]:
+        async with opener(p, "rb") as f:
+            first = await f.peek(3)
+            out = [first[:1], await f.tell(), await f.read(4)]
+            nxt = await f.peek()
+            out += [nxt[:1], await f.read(), await f.peek()]
+        return out
+
+    want = [b"0", 0, b"0123", b"4", b"456789", b""]
+    assert run(lambda: go(aio.open)) == want
+    assert run(lambda: go(aiofiles.open)) == want
+
+
 def test_wrong_direction_and_closed(tmp_path: Path, run: Any) -> None:
     p = tmp_path / "f"
     p.write_bytes(b"data")

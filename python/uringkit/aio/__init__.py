@@ -191,7 +191,7 @@ async def _open(
             backend,
             fd,
             name,
-            _mode_name(mode, binary),
+            _mode_name(mode),
             readable=readable,
             writable=writable,
             append=append,
@@ -205,11 +205,14 @@ async def _open(
         raise
     if binary:
         return raw
-    return AsyncTextFile(raw, encoding, errors, newline, line_buffering=line_buffering)
+    return AsyncTextFile(raw, encoding, errors, newline, line_buffering=line_buffering, mode=mode)
 
 
-def _mode_name(mode: str, binary: bool) -> str:
-    return mode if binary or "b" in mode else mode.replace("t", "")
+def _mode_name(mode: str) -> str:
+    """The binary file's mode as the stdlib's FileIO spells it: 'rb', 'wb+', 'ab', 'xb+'
+    (open(p, 'r+b').mode == 'rb+')."""
+    base = next(c for c in mode if c in "rwax")
+    return base + "b" + ("+" if "+" in mode else "")
 
 
 async def read_many(file: Any, ranges: Sequence[tuple[int, int]]) -> list[bytes]:

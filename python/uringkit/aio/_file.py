@@ -215,15 +215,16 @@ class AsyncFile(_Lines[bytes]):
         self._check()
         return self._readable
 
-    def writable(self) -> bool:
+    # aiofiles' split for binary files: readable() and fileno() plain, these awaitable
+    async def writable(self) -> bool:
         self._check()
         return self._writable
 
-    def seekable(self) -> bool:
+    async def seekable(self) -> bool:
         self._check()
         return not self._stream
 
-    def isatty(self) -> bool:
+    async def isatty(self) -> bool:
         self._check()
         return os.isatty(self._fd)
 
@@ -266,6 +267,20 @@ class AsyncFile(_Lines[bytes]):
 
     async def read1(self, size: int = -1) -> bytes:
         return await self.read(size)
+
+    async def peek(self, size: int = 0) -> bytes:
+        """Bytes from the current position without moving it (io.BufferedReader.peek):
+        what the read-ahead buffer holds there, filling it first if empty; b"" only at
+        end of file. `size` is a hint, as in the stdlib."""
+        self._check("r")
+        if self._wbuf:
+            await self._flush_w()
+        start = self._pos - self._buf_at
+        if not (0 <= start < len(self._buf)):
+            if not await self._fill():
+                return b""
+            start = self._pos - self._buf_at
+        return self._buf[start:]
 
     async def readinto(self, b: Any) -> int:
         """Read into a writable buffer; returns the number of bytes read."""
@@ -585,10 +600,13 @@ class AsyncTextFile(_Lines[str]):
         newline: str | None,
         *,
         line_buffering: bool = False,
+        mode: str | None = None,
     ) -> None:
         if newline not in (None, "", "\n", "\r", "\r\n"):
             raise ValueError(f"illegal newline value: {newline!r}")
         self.buffer = raw
+        # as io.TextIOWrapper from open(): the mode exactly as it was given
+        self._mode = mode if mode is not None else raw.mode.replace("b", "")
         self.line_buffering = line_buffering
         self.encoding = encoding or locale.getpreferredencoding(False)
         codecs.lookup(self.encoding)
@@ -605,7 +623,7 @@ class AsyncTextFile(_Lines[str]):
 
     @property
     def mode(self) -> str:
-        return self.buffer.mode.replace("b", "")
+        return self._mode
 
     @property
     def closed(self) -> bool:
@@ -614,14 +632,18 @@ class AsyncTextFile(_Lines[str]):
     def fileno(self) -> int:
         return self.buffer.fileno()
 
-    def readable(self) -> bool:
+    # awaitable, as in aiofiles' text files
+    async def readable(self) -> bool:
         return self.buffer.readable()
 
-    def writable(self) -> bool:
-        return self.buffer.writable()
+    async def writable(self) -> bool:
+        return await self.buffer.writable()
 
-    def seekable(self) -> bool:
-        return True
+    async def seekable(self) -> bool:
+        return await self.buffer.seekable()
+
+    async def isatty(self) -> bool:
+        return await self.buffer.isatty()
 
     def _reset(self) -> None:
         self._decoder.reset()
