@@ -46,6 +46,24 @@ def test_stat_matches(tmp_path: Path, run: Any) -> None:
     assert tuple(lst) == tuple(lwant)
 
 
+def test_every_aiofiles_os_name_is_here() -> None:
+    """`from uringkit import aio` in place of aiofiles: every function of aiofiles.os and
+    aiofiles.os.path exists, and is a coroutine function where aiofiles' is."""
+    import inspect
+
+    import aiofiles.os
+    import aiofiles.ospath
+
+    for theirs, ours in ((aiofiles.os, aio.os), (aiofiles.ospath, aio.os.path)):
+        for name in dir(theirs):
+            fn = getattr(theirs, name)
+            if name.startswith("_") or not callable(fn) or name == "wrap":
+                continue
+            assert hasattr(ours, name), f"{ours.__name__}.{name} is missing"
+            if inspect.iscoroutinefunction(fn):
+                assert inspect.iscoroutinefunction(getattr(ours, name)), name
+
+
 def test_namespace_ops(tmp_path: Path, run: Any) -> None:
     d = tmp_path
 
@@ -63,6 +81,8 @@ def test_namespace_ops(tmp_path: Path, run: Any) -> None:
         out.append(await aio.os.path.isfile(d / "sub" / "soft"))
         out.append(await aio.os.path.getsize(d / "sub" / "hard"))
         out.append(await aio.os.path.samefile(d / "sub" / "b", d / "sub" / "hard"))
+        with open(d / "sub" / "b") as f1, open(d / "sub" / "hard") as f2:
+            out.append(await aio.os.path.sameopenfile(f1.fileno(), f2.fileno()))
         (d / "sub" / "c").write_text("C")
         await aio.os.replace(d / "sub" / "c", d / "sub" / "b")
         out.append((d / "sub" / "b").read_text())
@@ -76,7 +96,7 @@ def test_namespace_ops(tmp_path: Path, run: Any) -> None:
         out.append((await aio.os.statvfs(d)).f_bsize > 0)
         return out
 
-    assert run(go) == [True, ["b"], "b", True, True, 1, True, "C", False, [], True, True]
+    assert run(go) == [True, ["b"], "b", True, True, 1, True, True, "C", False, [], True, True]
 
 
 @pytest.mark.parametrize(

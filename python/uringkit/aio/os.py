@@ -327,6 +327,7 @@ path.getmtime = _getmtime  # type: ignore[attr-defined]
 path.getatime = _getatime  # type: ignore[attr-defined]
 path.getctime = _getctime  # type: ignore[attr-defined]
 path.samefile = _samefile  # type: ignore[attr-defined]
+path.sameopenfile = wrap(_os.path.sameopenfile)  # type: ignore[attr-defined]
 path.ismount = wrap(_os.path.ismount)  # type: ignore[attr-defined]
 path.abspath = wrap(_os.path.abspath)  # type: ignore[attr-defined]
 _sys.modules[path.__name__] = path
