@@ -356,8 +356,10 @@ impl Ring {
         })
     }
 
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
+    /// `with ring:` on a closed ring is an error, as `with f:` on a closed file.
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.borrow_mut().core()?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_args))]

@@ -87,6 +87,13 @@ def test_out_of_range_int_names_the_argument(ring: Ring, call: Any, message: str
         call(ring)
 
 
+def test_with_on_a_closed_ring_is_an_error() -> None:
+    r = Ring(4)
+    r.close()
+    with pytest.raises(ValueError, match="closed Ring"), r:
+        pass
+
+
 def test_non_int_names_the_argument(ring: Ring) -> None:
     with pytest.raises(TypeError, match="user_data must be an int, not str"):
         ring.nop(user_data="1")  # type: ignore[arg-type]
