@@ -89,7 +89,7 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
     })
 }
 
-fn hist_dict<'py>(py: Python<'py>, h: &Hist) -> PyResult<Bound<'py, PyDict>> {
+fn hist_dict<'py>(py: Python<'py>, h: &Hist, pcts: &[f64]) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("N", h.n)?;
     d.set_item("min", if h.n == 0 { 0 } else { h.min })?;
@@ -98,7 +98,7 @@ fn hist_dict<'py>(py: Python<'py>, h: &Hist) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("stddev", h.stdev())?;
     let p = PyDict::new(py);
     if h.n > 0 {
-        for q in FIO_PERCENTILES {
+        for &q in pcts {
             p.set_item(format!("{q:.6}"), h.percentile(q))?;
         }
     }
@@ -106,13 +106,13 @@ fn hist_dict<'py>(py: Python<'py>, h: &Hist) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-fn dir_dict<'py>(py: Python<'py>, s: &DirStats) -> PyResult<Bound<'py, PyDict>> {
+fn dir_dict<'py>(py: Python<'py>, s: &DirStats, pcts: &[f64]) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("ios", s.ios)?;
     d.set_item("bytes", s.bytes)?;
-    d.set_item("slat_ns", hist_dict(py, &s.slat)?)?;
-    d.set_item("clat_ns", hist_dict(py, &s.clat)?)?;
-    d.set_item("lat_ns", hist_dict(py, &s.lat)?)?;
+    d.set_item("slat_ns", hist_dict(py, &s.slat, pcts)?)?;
+    d.set_item("clat_ns", hist_dict(py, &s.clat, pcts)?)?;
+    d.set_item("lat_ns", hist_dict(py, &s.lat, pcts)?)?;
     Ok(d)
 }
 
@@ -127,6 +127,16 @@ pub fn run_job<'py>(
     progress: Option<Py<PyAny>>,
     interval: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // fio's percentile_list (default: its 17 percentiles)
+    let pcts: Vec<f64> = match spec.get_item("percentiles")? {
+        Some(v) if !v.is_none() => v.extract()?,
+        _ => FIO_PERCENTILES.to_vec(),
+    };
+    if let Some(bad) = pcts.iter().find(|q| !(**q > 0.0 && **q <= 100.0)) {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "percentiles must be in (0, 100] (got {bad})"
+        )));
+    }
     let spec = spec_from(spec)?;
     let interval = Duration::from_secs_f64(interval.clamp(0.01, 10.0));
     let mut raised: Option<PyErr> = None;
@@ -164,9 +174,9 @@ pub fn run_job<'py>(
         None => PyOSError::new_err(e.to_string()),
     })?;
     let d = PyDict::new(py);
-    d.set_item("read", dir_dict(py, &r.read)?)?;
-    d.set_item("write", dir_dict(py, &r.write)?)?;
-    d.set_item("sync", hist_dict(py, &r.sync)?)?;
+    d.set_item("read", dir_dict(py, &r.read, &pcts)?)?;
+    d.set_item("write", dir_dict(py, &r.write, &pcts)?)?;
+    d.set_item("sync", hist_dict(py, &r.sync, &pcts)?)?;
     d.set_item("elapsed_ns", r.elapsed_ns)?;
     d.set_item("usr_ns", r.usage.user_ns)?;
     d.set_item("sys_ns", r.usage.sys_ns)?;

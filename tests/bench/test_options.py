@@ -67,8 +67,8 @@ iodepth=32
 def test_unsupported_option_named() -> None:
     with pytest.raises(JobError, match="'zonemode' is not supported"):
         parse_cmdline(["--name=x", "--zonemode=zbd"])
-    with pytest.raises(JobError, match=r"\[j\].*'norandommap'"):
-        parse_jobfile("[j]\nnorandommap=1\n")
+    with pytest.raises(JobError, match=r"\[j\].*'cpus_allowed'"):
+        parse_jobfile("[j]\ncpus_allowed=0\n")
 
 
 def test_bad_values() -> None:
@@ -100,3 +100,39 @@ def test_batch_complete_max_defaults_to_min_like_fio() -> None:
     assert "--iodepth_batch_complete_max=16" in command(x)
     (big,) = parse_cmdline([*base.split(), "--iodepth_batch_complete_max=999"])
     assert big.to_native()["iodepth_batch_complete_max"] == 32
+
+
+def test_bare_flags_and_common_fio_options() -> None:
+    """The fio command lines people copy: bare boolean flags, randrepeat/randseed,
+    norandommap, filesize, percentile_list, eta, gtod_reduce."""
+    from uringkit.bench.fio import command
+
+    famous = (  # the fio line of many hosting guides, plus the flags people add to it
+        "--randrepeat=1 --ioengine=libaio --direct=1 --gtod_reduce=1 --name=test "
+        "--filename=/tmp/F --bs=4k --iodepth=64 --filesize=4m --readwrite=randrw "
+        "--rwmixread=75 --norandommap --time_based --percentile_list=50:99.5 "
+        "--eta=never --end_fsync --startdelay=0"
+    )
+    (j,) = parse_cmdline(famous.split(" "))
+    n = j.to_native()
+    assert n["size"] == 4 << 20 and n["rw"] == "randrw" and n["time_based"]
+    assert j.get("norandommap") is True and j.get("end_fsync") is True
+    assert n["percentiles"] == [50.0, 99.5] and j.get("eta") == "never"
+    assert (
+        n["seed"] == parse_cmdline(["--name=x", "--filename=F", "--size=1m"])[0].to_native()["seed"]
+    )  # randrepeat=1 (the default): the same offsets every run
+    cmd = command(j)
+    assert "--norandommap=1" in cmd and "--percentile_list=50:99.5" in cmd
+    assert "--gtod_reduce=1" in cmd and "--end_fsync=1" in cmd
+    base = ["--name=x", "--filename=F", "--size=1m"]
+    seeds = {parse_cmdline([*base, "--randrepeat=0"])[0].to_native()["seed"] for _ in range(3)}
+    assert len(seeds) == 3  # randrepeat=0: a new seed each run
+    assert parse_cmdline([*base, "--randseed=42"])[0].to_native()["seed"] == 42
+    with pytest.raises(JobError, match="norandommap=0"):
+        parse_cmdline([*base, "--norandommap=0"])
+    with pytest.raises(JobError, match="percentile_list"):
+        parse_cmdline([*base, "--percentile_list=50:120"])
+    with pytest.raises(JobError, match="eta="):
+        parse_cmdline([*base, "--eta=sometimes"])
+    with pytest.raises(JobError, match="needs a value"):
+        parse_cmdline([*base, "--bs"])

@@ -212,6 +212,37 @@ def test_auto_engine_falls_back_when_blocked(tmp_path: Path) -> None:
     assert "blocked" in j["uringkit"]["engine_reason"]
 
 
+def test_percentile_list_end_fsync_and_gtod_note(tmp_path: Path) -> None:
+    doc = run_json(
+        tmp_path,
+        "--rw=randwrite",
+        "--bs=4k",
+        "--ioengine=psync",
+        "--runtime=0.2",
+        "--time_based",
+        "--percentile_list=50:99.5",
+        "--end_fsync",
+        "--gtod_reduce=1",
+    )
+    (j,) = doc["jobs"]
+    assert list(j["write"]["clat_ns"]["percentile"]) == ["50.000000", "99.500000"]
+    assert j["uringkit"]["end_fsync_ns"] > 0
+    assert "gtod_reduce=1" in j["uringkit"]["warning"]
+    # the table shows "–" for a percentile the list left out
+    out = bench(
+        f"--filename={tmp_path / 'f.dat'}",
+        "--size=8m",
+        "--name=t",
+        "--rw=randread",
+        "--runtime=0.1",
+        "--time_based",
+        "--percentile_list=50",
+        "--eta=never",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "–" in out.stdout
+
+
 def test_help() -> None:
     out = bench("--help")
     assert out.returncode == 0 and "examples:" in out.stdout and "--vs-fio" in out.stdout

@@ -36,7 +36,10 @@ uringkit-bench.json and uringkit-bench.png. About 3 minutes (--quick: ~30 s).
 Jobs: fio job files, or fio's command-line form (replace `fio` by `uringkit
 bench`). Engines: io_uring, libaio, posixaio, threads, psync. io_uring options:
 sqthread_poll, sqthread_poll_cpu, registerfiles, fixedbufs, hipri, nonvectored,
-single_issuer, defer_taskrun, coop_taskrun. An unsupported option is an error.
+single_issuer, defer_taskrun, coop_taskrun. Booleans may be given bare
+(--time_based, --norandommap) as with fio; percentile_list, randrepeat/randseed,
+eta, startdelay, end_fsync, filesize work as in fio (docs/bench.md lists them
+all). An unsupported option is an error.
 
 options:
   --dir DIR               where the default suite puts its file (default: .)
@@ -51,6 +54,7 @@ options:
   --json-out FILE         where the default suite writes JSON (uringkit-bench.json)
   --output-format=FMT     normal (tables) or json (fio's layout on stdout only;
                           progress goes to stderr)
+  --output FILE           also write the JSON result to FILE
   --no-progress           no live progress line
   -h, --help              this help
 

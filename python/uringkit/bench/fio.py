@@ -62,6 +62,20 @@ def command(job: Job) -> list[str]:
         args.append(f"--fdatasync={n['fdatasync']}")
     if n["verify"]:
         args.append("--verify=crc32c")
+    if n["rw"].startswith("rand"):
+        # uringkit's random offsets are drawn with replacement: fio's norandommap=1
+        args.append("--norandommap=1")
+    if "randseed" in job.options:
+        args.append(f"--randseed={job.options['randseed']}")
+    elif job.get("randrepeat") is False:
+        args.append("--randrepeat=0")
+    if n["percentiles"]:
+        args.append("--percentile_list=" + ":".join(f"{p:g}" for p in n["percentiles"]))
+    for k in ("end_fsync", "gtod_reduce", "disable_lat", "disable_clat", "disable_slat"):
+        if job.get(k):
+            args.append(f"--{k}=1")
+    if job.get("startdelay"):
+        args.append(f"--startdelay={int(job.get('startdelay') * 1000)}ms")
     for k in IO_URING_OPTS:
         if k in n and k not in ("single_issuer", "defer_taskrun", "coop_taskrun"):
             v = n[k]

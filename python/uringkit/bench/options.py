@@ -53,6 +53,18 @@ OPTIONS: dict[str, str] = {
     "invalidate": "bool",
     "thread": "bool",
     "randrepeat": "bool",
+    "randseed": "int",
+    "norandommap": "bool",
+    "percentile_list": "percentiles",
+    "eta": "eta",
+    "startdelay": "time",
+    "end_fsync": "bool",
+    # fio's knobs for fewer clock reads: accepted, latency is measured anyway (a clock
+    # read per I/O costs ~20 ns here); the job prints a note saying so
+    "gtod_reduce": "bool",
+    "disable_lat": "bool",
+    "disable_clat": "bool",
+    "disable_slat": "bool",
     "sqthread_poll": "bool",
     "sqthread_poll_cpu": "int",
     "registerfiles": "bool",
@@ -70,25 +82,17 @@ ALIASES = {
     "iodepth_batch": "iodepth_batch_submit",
     "iodepth_batch_complete": "iodepth_batch_complete_min",
     "timeout": "runtime",
+    "filesize": "size",  # (one file per job: the same thing)
 }
 
 ENGINES = ("io_uring", "libaio", "posixaio", "threads", "psync", "auto")
 ENGINE_ALIASES = {"sync": "psync", "pvsync": "psync"}
 RW = ("read", "write", "randread", "randwrite", "rw", "readwrite", "randrw")
 
-BOOL_FLAGS = {
-    "time_based",
-    "group_reporting",
-    "thread",
-    "hipri",
-    "fixedbufs",
-    "registerfiles",
-    "sqthread_poll",
-    "nonvectored",
-    "single_issuer",
-    "defer_taskrun",
-    "coop_taskrun",
-}
+#: options that may be given bare on the command line (`--norandommap`): every bool
+BOOL_FLAGS = {k for k, kind in OPTIONS.items() if kind == "bool"}
+#: fio's default random seed behaviour (randrepeat=1): the same offsets every run
+DEFAULT_SEED = 0x5EED
 
 
 class JobError(ValueError):
@@ -154,6 +158,21 @@ def parse_value(option: str, text: str) -> Any:
         if eng not in ENGINES:
             raise JobError(f"ioengine={text!r} is not supported; use one of {', '.join(ENGINES)}")
         return eng
+    if kind == "eta":
+        if text not in ("never", "always", "auto"):
+            raise JobError(f"eta={text!r}: use never, always or auto")
+        return text
+    if kind == "percentiles":
+        try:
+            pcts = [float(x) for x in text.split(":") if x]
+        except ValueError:
+            pcts = []
+        if not pcts or not all(0 < p <= 100 for p in pcts) or len(pcts) > 20:
+            raise JobError(
+                f"percentile_list={text!r}: 1 to 20 percentiles in (0, 100] separated by "
+                "':' (example: 50:99:99.9)"
+            )
+        return pcts
     if kind == "verify":
         if text in ("crc32c", "crc32c-intel", "1"):
             return True
@@ -197,6 +216,12 @@ class Job:
             engine = choice.name
             self.options["ioengine"] = engine
             self.options["engine_reason"] = choice.reason
+        if "randseed" in o:
+            seed = o["randseed"]
+        elif o.get("randrepeat", True):
+            seed = DEFAULT_SEED
+        else:  # randrepeat=0: different offsets every run
+            seed = int.from_bytes(os.urandom(8), "little")
         depth = o.get("iodepth", 1)
         bsub = o.get("iodepth_batch_submit", 1) or 1
         bcomp = o.get("iodepth_batch_complete_min", 1) or 1
@@ -222,6 +247,8 @@ class Job:
             "ioengine": engine,
             "verify": bool(o.get("verify", False)),
             "numjobs": o.get("numjobs", 1),
+            "seed": seed & (2**64 - 1),
+            "percentiles": o.get("percentile_list"),
             **{k: o[k] for k in IO_URING_OPTS if k in o},
         }
 
@@ -233,6 +260,12 @@ def _finish(jobs: list[Job]) -> list[Job]:
             o["filename"] = os.path.join(o["directory"], f"{j.name}.0.0")
         elif "directory" in o and not os.path.isabs(o["filename"]):
             o["filename"] = os.path.join(o["directory"], o["filename"])
+        if o.get("norandommap") is False:
+            raise JobError(
+                f"job {j.name!r}: norandommap=0 (fio's random map: every block once per "
+                "pass) is not implemented; uringkit picks random offsets with "
+                "replacement, as fio does with norandommap=1"
+            )
         if o.get("ioengine") != "io_uring":
             bad = [k for k in IO_URING_OPTS if k in o]
             if bad:

@@ -22,6 +22,10 @@ def pct_us(j: dict[str, Any], p: str) -> float:
     return 0.0
 
 
+def has_pct(j: dict[str, Any], p: str) -> bool:
+    return any(p in (j[d]["clat_ns"].get("percentile") or {}) for d in ("read", "write"))
+
+
 def cpu_per_io(j: dict[str, Any]) -> float:
     return float(j.get("uringkit", {}).get("cpu_us_per_io", 0.0))
 
@@ -71,7 +75,10 @@ def job_table(con: Console, results: list[dict[str, Any]]) -> None:
                 f"{who} ({eng})",
                 fmt_k(iops(j)),
                 f"{bw:.1f}",
-                *(f"{pct_us(j, p):.1f}" for p in ("50.000000", "99.000000", "99.990000")),
+                *(
+                    f"{pct_us(j, p):.1f}" if has_pct(j, p) else "–"  # not in percentile_list
+                    for p in ("50.000000", "99.000000", "99.990000")
+                ),
                 f"{cpu_per_io(j):.2f}",
                 f"{u['syscalls_per_io']:.2f}" if "syscalls_per_io" in u else "-",
                 f"{u['ctx_per_sec']:.0f}" if "ctx_per_sec" in u else "-",

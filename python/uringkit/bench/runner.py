@@ -154,6 +154,11 @@ def run(job: Job, progress: bool = True, label: str | None = None) -> dict[str, 
     native = job.to_native()
     if job.get("invalidate", True) and os.path.exists(native["filename"]):
         drop_cache(native["filename"])
+    eta = job.get("eta")
+    if eta is not None:  # fio's eta=never|always|auto for the progress line
+        progress = eta == "always" or (eta == "auto" and progress)
+    if job.get("startdelay"):
+        time.sleep(job.get("startdelay"))
     line = ProgressLine(label or job.name, progress)
     try:
         r = _run_native(native, line, 0.5)
@@ -164,7 +169,30 @@ def run(job: Job, progress: bool = True, label: str | None = None) -> dict[str, 
             f"job {job.name}: {r['verify_errors']} of {r['verified_blocks']} blocks failed "
             f"crc32c verification; first: {r['first_verify_error']}"
         )
-    return fio_shape(job, native, r)
+    end_fsync_ns = None
+    if job.get("end_fsync") and r["write"]["ios"]:
+        # fio's end_fsync=1: the written file is fsynced when the job's writes end; the
+        # time it takes is reported on its own (uringkit.end_fsync_ns)
+        fd = os.open(native["filename"], os.O_RDONLY)
+        try:
+            t = time.perf_counter_ns()
+            os.fsync(fd)
+            end_fsync_ns = time.perf_counter_ns() - t
+        finally:
+            os.close(fd)
+    reduced = [
+        k for k in ("gtod_reduce", "disable_lat", "disable_clat", "disable_slat") if job.get(k)
+    ]
+    if reduced:
+        note = (
+            f"{', '.join(reduced)}=1: uringkit measures latency anyway (one clock read per "
+            "I/O, ~20 ns here)"
+        )
+        r["warning"] = f"{r['warning']}; {note}" if r["warning"] else note
+    out = fio_shape(job, native, r)
+    if end_fsync_ns is not None:
+        out["uringkit"]["end_fsync_ns"] = end_fsync_ns
+    return out
 
 
 class VerifyError(RuntimeError):
