@@ -221,6 +221,23 @@ def test_async_api(tmp_path: Path) -> None:
     assert asyncio.run(go()) == [b"v5", None, b"1"]
 
 
+def test_async_iteration_and_checks(tmp_path: Path) -> None:
+    """The async store has what the sync one has for reading: `in`, keys/values/items
+    (snapshots, copied off the loop), stats, check."""
+
+    async def go() -> None:
+        async with kv.open_async(tmp_path / "db") as db:
+            await db.batch([(b"a", b"1"), (b"b", b"2")])
+            assert b"a" in db and b"zz" not in db and "text" not in db
+            assert sorted(await db.keys()) == [b"a", b"b"]
+            assert sorted(await db.values()) == [b"1", b"2"]
+            assert sorted(await db.items()) == [(b"a", b"1"), (b"b", b"2")]
+            assert (await db.stats())["keys"] == 2
+            assert await db.check() == (2, [])
+
+    asyncio.run(go())
+
+
 def test_index_memory_is_native(tmp_path: Path) -> None:
     with kv.open(tmp_path / "db", durability="none") as db:
         with db.batch() as b:

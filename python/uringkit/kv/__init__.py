@@ -398,6 +398,28 @@ class AsyncDB:
     def __len__(self) -> int:
         return len(self.db)
 
+    def __contains__(self, key: object) -> bool:
+        """An index lookup in memory: no I/O, so no await."""
+        return key in self.db
+
+    async def keys(self) -> list[bytes]:
+        """A snapshot of the keys (off the loop: a big index takes a while to copy)."""
+        return await self._run(self.db.keys)  # type: ignore[no-any-return]
+
+    async def values(self) -> list[bytes]:
+        return await self._run(self.db.values)  # type: ignore[no-any-return]
+
+    async def items(self) -> list[tuple[bytes, bytes]]:
+        return await self._run(self.db.items)  # type: ignore[no-any-return]
+
+    async def stats(self) -> dict[str, int]:
+        return self.db.stats()
+
+    async def check(self) -> tuple[int, list[str]]:
+        """Read and verify every record (off the loop)."""
+        await self._drain()
+        return await self._run(self.db.check)  # type: ignore[no-any-return]
+
     async def close(self) -> None:
         await self._drain()
         await self._run(self.db.close)
