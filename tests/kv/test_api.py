@@ -92,6 +92,32 @@ def test_failed_batch_is_not_applied(tmp_path: Path) -> None:
         assert db.get(b"k") is None
 
 
+def test_batch_without_with(tmp_path: Path) -> None:
+    """commit() applies a batch used without `with`; a batch dropped uncommitted warns."""
+    import gc
+
+    with kv.open(tmp_path / "db") as db:
+        b = db.batch()
+        b.put(b"a", b"1")
+        b.delete(b"x")
+        assert len(b) == 2 and db.get(b"a") is None
+        b.commit()
+        assert len(b) == 0 and db.get(b"a") == b"1"
+        lost = db.batch()
+        lost.put(b"never", b"1")
+        with pytest.warns(ResourceWarning, match="never committed"):
+            del lost
+            gc.collect()
+        assert db.get(b"never") is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ok = db.batch()
+            ok.put(b"d", b"1")
+            ok.discard()
+            del ok
+            gc.collect()
+
+
 def test_bad_input(tmp_path: Path) -> None:
     with kv.open(tmp_path / "db") as db:
         with pytest.raises(TypeError, match="key must be bytes"):

@@ -39,11 +39,35 @@ MAX_VALUE = 64 * 1024 * 1024
 
 class Batch:
     """Collects puts and deletes; applied atomically when the `with` block ends without
-    an exception (discarded otherwise)."""
+    an exception (discarded otherwise), or by `commit()` when used without `with`. A
+    batch dropped with operations neither committed nor discarded warns
+    (ResourceWarning), as an unclosed file does: its writes never happened."""
 
     def __init__(self, db: DB) -> None:
         self._db = db
         self.ops: list[tuple[bytes, bytes | None]] = []
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def commit(self) -> None:
+        """Apply the collected operations atomically (durably with durability="sync"),
+        then start empty again."""
+        ops, self.ops = self.ops, []  # (a failed commit raises; the batch is spent)
+        if ops:
+            self._db._s.batch(ops)
+
+    def discard(self) -> None:
+        self.ops = []
+
+    def __del__(self) -> None:
+        if getattr(self, "ops", None):
+            warnings.warn(
+                f"kv batch of {len(self.ops)} operations was never committed (use "
+                "`with db.batch() as b:` or b.commit()); its writes were dropped",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
     def put(self, key: bytes, value: Buffer) -> None:
         if type(value) is not bytes:
@@ -61,8 +85,10 @@ class Batch:
     def __exit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if et is None and self.ops:
-            self._db._s.batch(self.ops)
+        if et is None:
+            self.commit()
+        else:
+            self.discard()
 
 
 def _value(value: Any) -> bytes:
