@@ -38,6 +38,26 @@ fn bytes_arg<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
 /// AlignedBuffer for an O_DIRECT store.
 type LeadTuple<'py> = (i32, u64, Bound<'py, PyAny>, u64);
 
+/// A bytes-like value (bytearray, memoryview, array…) as a new bytes object.
+fn value_copy<'py>(obj: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let buf = pyo3::buffer::PyUntypedBuffer::get(&obj).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "value must be bytes or a bytes-like object (bytearray, memoryview), not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err("value must be a C-contiguous buffer"));
+    }
+    // SAFETY: the buffer is C-contiguous and `len_bytes` long, and stays valid while
+    // `buf` (holding the exporter's buffer view) lives, which outlasts the copy.
+    let bytes = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+    Ok(PyBytes::new(obj.py(), bytes))
+}
+
 type HeldOps<'py> = Vec<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)>;
 
 /// `[(key, value_or_None), ...]` with every key and value checked to be bytes.
@@ -59,8 +79,12 @@ fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
         let v = if v.is_none() {
             None
         } else {
-            bytes_arg(&v, "value")?;
-            Some(v.cast_into::<PyBytes>().map_err(PyErr::from)?)
+            Some(match v.cast_into::<PyBytes>() {
+                Ok(b) => b,
+                // any other bytes-like value: copied now (a bytearray changed later must
+                // not change what is written)
+                Err(e) => value_copy(e.into_inner())?,
+            })
         };
         held.push((k, v));
     }

@@ -92,6 +92,18 @@ def test_failed_batch_is_not_applied(tmp_path: Path) -> None:
         assert db.get(b"k") is None
 
 
+def test_write_applies_ops_atomically(tmp_path: Path) -> None:
+    with kv.open(tmp_path / "db") as db:
+        db.put(b"gone", b"x")
+        db.write([(b"a", b"1"), (b"b", bytearray(b"2")), (b"gone", None)])
+        assert db.multi_get([b"a", b"b", b"gone"]) == [b"1", b"2", None]
+        with pytest.raises(TypeError, match="bytes-like"):
+            db.write([(b"c", b"3"), (b"d", 4)])  # type: ignore[list-item]
+        with pytest.raises(ValueError, match="key"):
+            db.write([(b"c", b"3"), (b"", b"4")])
+        assert b"c" not in db  # all or nothing
+
+
 def test_batch_without_with(tmp_path: Path) -> None:
     """commit() applies a batch used without `with`; a batch dropped uncommitted warns."""
     import gc

@@ -22,7 +22,7 @@ import concurrent.futures
 import errno
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -154,7 +154,14 @@ class DB:
         return self._s.multi_get(keys)  # keys checked natively
 
     def batch(self) -> Batch:
+        """`with db.batch() as b: b.put(k, v); b.delete(k2)`: atomic, all or nothing."""
         return Batch(self)
+
+    def write(self, ops: Iterable[tuple[bytes, Buffer | None]]) -> None:
+        """Apply `[(key, value), (key, None), ...]` atomically as one batch (None deletes
+        the key): the bulk path, checked natively (RocksDB's `Write`, LMDB's
+        `putmulti`). Values may be bytes-like (copied)."""
+        self._s.batch(ops)
 
     def __len__(self) -> int:
         return len(self._s)

@@ -81,7 +81,7 @@ class Xkv(Peer):
         return self.db.get(k)
 
     def batch(self, items: list[tuple[bytes, bytes]]) -> None:
-        self.db._s.batch(items)  # noqa: SLF001 - the bulk path without per-op checks
+        self.db.write(items)  # the public bulk path (checked natively)
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
         return self.db.multi_get(keys)
