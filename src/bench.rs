@@ -89,6 +89,9 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
     })
 }
 
+/// fio's latency distribution thresholds (the same for ns and µs; ms adds 2000).
+const LAT_LIMITS: [u64; 11] = [2, 4, 10, 20, 50, 100, 250, 500, 750, 1000, 2000];
+
 fn hist_dict<'py>(py: Python<'py>, h: &Hist, pcts: &[f64]) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("N", h.n)?;
@@ -191,5 +194,46 @@ pub fn run_job<'py>(
     d.set_item("warning", r.warning)?;
     d.set_item("setup", r.setup)?;
     d.set_item("depth", r.depth)?;
+    d.set_item(
+        "samples",
+        r.samples.iter().map(|w| w.to_vec()).collect::<Vec<_>>(),
+    )?;
+    d.set_item("depth_map", r.depth_map.to_vec())?;
+    d.set_item("submit_map", r.submit_map.to_vec())?;
+    d.set_item("complete_map", r.complete_map.to_vec())?;
+    // fio's latency_ns / latency_us / latency_ms: the share of I/Os (reads and writes)
+    // whose completion latency falls under each threshold and above the previous one
+    let mut clat = r.read.clat.clone();
+    clat.merge(&r.write.clat);
+    let lat_buckets = PyDict::new(py);
+    for (unit, mult, limits) in [
+        ("latency_ns", 1u64, &LAT_LIMITS[..10]),
+        ("latency_us", 1_000, &LAT_LIMITS[..10]),
+        ("latency_ms", 1_000_000, &LAT_LIMITS[..]),
+    ] {
+        let b = PyDict::new(py);
+        let mut below_prev = if mult == 1 { 0 } else { clat.count_below(mult) };
+        for &lim in limits {
+            let below = clat.count_below(lim * mult);
+            let share = if clat.n == 0 {
+                0.0
+            } else {
+                100.0 * (below - below_prev) as f64 / clat.n as f64
+            };
+            b.set_item(lim.to_string(), share)?;
+            below_prev = below;
+        }
+        if unit == "latency_ms" {
+            let rest = clat.n - below_prev;
+            let share = if clat.n == 0 {
+                0.0
+            } else {
+                100.0 * rest as f64 / clat.n as f64
+            };
+            b.set_item(">=2000", share)?;
+        }
+        lat_buckets.set_item(unit, b)?;
+    }
+    d.set_item("lat_buckets", lat_buckets)?;
     Ok(d)
 }

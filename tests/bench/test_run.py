@@ -243,6 +243,56 @@ def test_percentile_list_end_fsync_and_gtod_note(tmp_path: Path) -> None:
     assert "–" in out.stdout
 
 
+def _keys(d: Any, pre: str = "") -> set[str]:
+    out: set[str] = set()
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.add(pre + k)
+            if k not in ("percentile", "job options"):
+                out |= _keys(v, pre + k + ".")
+    return out
+
+
+def test_json_has_every_key_fio_writes(tmp_path: Path) -> None:
+    """Tools made for fio's JSON read ours: every key of fio's job entry (and top level)
+    is in ours, with fio's meaning — distributions that sum to 100 %, per-window IOPS
+    and bandwidth samples."""
+    opts = ["--rw=randread", "--bs=4k", "--iodepth=8", "--runtime=1.2", "--time_based=1"]
+    doc = run_json(tmp_path, "--ioengine=psync", *opts)
+    (j,) = doc["jobs"]
+    for k in ("iodepth_level", "iodepth_submit", "iodepth_complete"):
+        assert abs(sum(j[k].values()) - 100) < 1e-6, k
+    lat = sum(j["latency_ns"].values()) + sum(j["latency_us"].values())
+    assert abs(lat + sum(j["latency_ms"].values()) - 100) < 1e-6
+    r = j["read"]
+    assert r["iops_samples"] == r["bw_samples"] >= 2
+    assert r["iops_min"] <= r["iops_mean"] <= r["iops_max"]
+    assert 0.5 < r["iops_mean"] / r["iops"] < 2 and r["bw_min"] <= r["bw_mean"] <= r["bw_max"]
+    assert j["job options"]["name"] == "t" and isinstance(doc["disk_util"], list)
+    from uringkit.bench import fio
+
+    if not fio.available():
+        pytest.skip("fio is not installed (.ci/run installs it)")
+    out = subprocess.run(
+        [
+            fio.available() or "fio",
+            "--name=t",
+            f"--filename={tmp_path / 'f.dat'}",
+            "--size=8m",
+            "--ioengine=psync",
+            *opts,
+            "--output-format=json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    theirs = json.loads(out.stdout[out.stdout.index("{") :])
+    assert set(theirs) - set(doc) <= {"global options"}
+    missing = _keys(theirs["jobs"][0]) - _keys(j)
+    assert not missing, f"fio writes, we do not: {sorted(missing)}"
+
+
 def test_help() -> None:
     out = bench("--help")
     assert out.returncode == 0 and "examples:" in out.stdout and "--vs-fio" in out.stdout

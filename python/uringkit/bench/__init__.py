@@ -141,6 +141,8 @@ def _jobs(
         con.print("[yellow]--vs-fio: fio is not installed; running uringkit only[/]")
         vs = False
     results: list[dict[str, Any]] = []
+    files = [str(j.get("filename", "")) for j in jobs if j.get("filename")]
+    disks = runner.disk_snapshot(files)
     for job in jobs:
         item: dict[str, Any] = {"ours": [runner.run(job, progress)], "fio": []}
         if vs and fio_mod.supports(job):
@@ -153,9 +155,9 @@ def _jobs(
         if w:
             con.print(f"[yellow]note:[/] {w}")
     out_jobs = [r["ours"][-1] for r in results]
-    extra = None
+    extra: dict[str, Any] = {"disk_util": runner.disk_util(disks, runner.disk_snapshot(files))}
     if vs:
-        extra = {
+        extra |= {
             "fio_jobs": [f for r in results for f in r["fio"]],
             "uringkit_vs_fio": [
                 {

@@ -73,6 +73,57 @@ class ProgressLine:
             sys.stderr.flush()
 
 
+def _block_dev(path: str) -> str | None:
+    """The sysfs directory of the block device holding `path` (None on tmpfs, overlay…)."""
+    try:
+        st = os.stat(os.path.dirname(os.path.abspath(path)) or ".")
+    except OSError:
+        return None
+    d = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    return d if os.path.exists(os.path.join(d, "stat")) else None
+
+
+def disk_snapshot(paths: list[str]) -> dict[str, tuple[list[int], float]]:
+    """/sys/block/*/stat of the devices under `paths`, with the time it was read."""
+    out: dict[str, tuple[list[int], float]] = {}
+    for p in paths:
+        d = _block_dev(p)
+        if d and d not in out:
+            with open(os.path.join(d, "stat")) as f:
+                out[d] = ([int(x) for x in f.read().split()], time.monotonic())
+    return out
+
+
+def disk_util(
+    before: dict[str, tuple[list[int], float]], after: dict[str, tuple[list[int], float]]
+) -> list[dict[str, Any]]:
+    """fio's `disk_util`: what each device did between the two snapshots (the whole
+    system's I/O to it, as fio reports it). util = time the device was busy, percent."""
+    res = []
+    for d, (a, t0) in before.items():
+        if d not in after:
+            continue
+        b, t1 = after[d]
+        x = [v1 - v0 for v0, v1 in zip(a, b, strict=False)]
+        if len(x) < 11:
+            continue
+        ms = (t1 - t0) * 1000
+        res.append(
+            {
+                "name": os.path.basename(d),
+                "read_ios": x[0],
+                "write_ios": x[4],
+                "read_merges": x[1],
+                "write_merges": x[5],
+                "read_ticks": x[3],
+                "write_ticks": x[7],
+                "in_queue": x[10],
+                "util": min(100.0, 100.0 * x[9] / ms) if ms > 0 else 0.0,
+            }
+        )
+    return res
+
+
 def drop_cache(path: str) -> None:
     """fio's invalidate=1: drop the file's pages from the page cache before the job."""
     try:
@@ -84,6 +135,51 @@ def drop_cache(path: str) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+_EMPTY_HIST = {"N": 0, "min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "percentile": {}}
+
+
+def _stats(xs: list[float]) -> tuple[float, float, float, float]:
+    """min, max, mean, sample stddev (fio's n-1) of `xs`; zeros when empty."""
+    if not xs:
+        return 0.0, 0.0, 0.0, 0.0
+    mean = sum(xs) / len(xs)
+    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0
+    return min(xs), max(xs), mean, var**0.5
+
+
+def _sampled(samples: list[list[int]], at: int) -> dict[str, Any]:
+    """fio's per-direction bw_*/iops_* from the 500 ms windows (bw in KiB/s)."""
+    wins = [w for w in samples if w[4] > 0]
+    if not any(w[at] for w in wins):
+        wins = []
+    iops = [w[at] / (w[4] / 1e9) for w in wins]
+    bw = [w[at + 1] / 1024 / (w[4] / 1e9) for w in wins]
+    bmin, bmax, bmean, bdev = _stats(bw)
+    imin, imax, imean, idev = _stats(iops)
+    return {
+        "bw_min": int(bmin),
+        "bw_max": int(bmax),
+        "bw_agg": 100.0 if wins else 0.0,  # one group: this job is all of it
+        "bw_mean": bmean,
+        "bw_dev": bdev,
+        "bw_samples": len(wins),
+        "iops_min": int(imin),
+        "iops_max": int(imax),
+        "iops_mean": imean,
+        "iops_stddev": idev,
+        "iops_samples": len(wins),
+    }
+
+
+def _shares(counts: list[int], keys: tuple[str, ...]) -> dict[str, float]:
+    total = sum(counts)
+    return {k: (100.0 * c / total if total else 0.0) for k, c in zip(keys, counts, strict=True)}
+
+
+DEPTH_KEYS = ("1", "2", "4", "8", "16", "32", ">=64")
+BATCH_KEYS = ("0", "4", "8", "16", "32", "64", ">=64")
 
 
 def _dir(d: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -112,15 +208,18 @@ def fio_shape(job: Job, native: dict[str, Any], r: dict[str, Any]) -> dict[str, 
     secs = r["elapsed_ns"] / 1e9
     ios = r["read"]["ios"] + r["write"]["ios"]
     cpu_ns = r["usr_ns"] + r["sys_ns"]
+    samples = r.get("samples", [])
+    none = {"ios": 0, "bytes": 0, "slat_ns": _EMPTY_HIST, "clat_ns": _EMPTY_HIST}
     return {
         "jobname": job.name,
         "groupid": 0,
         "error": 0,
+        "eta": 0,
         "elapsed": round(secs),
-        "job options": {k: str(v) for k, v in job.options.items()},
-        "read": _dir(r["read"], secs),
-        "write": _dir(r["write"], secs),
-        "trim": _dir({"ios": 0, "bytes": 0, "slat_ns": {}, "clat_ns": {}, "lat_ns": {}}, secs),
+        "job options": {"name": job.name, **{k: str(v) for k, v in job.options.items()}},
+        "read": {**_dir(r["read"], secs), **_sampled(samples, 0)},
+        "write": {**_dir(r["write"], secs), **_sampled(samples, 2)},
+        "trim": {**_dir({**none, "lat_ns": _EMPTY_HIST}, secs), **_sampled([], 0)},
         "sync": {"total_ios": r["sync"]["N"], "lat_ns": r["sync"]},
         "job_runtime": int(secs * 1000),
         "usr_cpu": 100.0 * r["usr_ns"] / r["elapsed_ns"] if r["elapsed_ns"] else 0.0,
@@ -128,6 +227,16 @@ def fio_shape(job: Job, native: dict[str, Any], r: dict[str, Any]) -> dict[str, 
         "ctx": r["ctx_vol"] + r["ctx_invol"],
         "majf": r["majflt"],
         "minf": r["minflt"],
+        # fio's distributions: depth at submission, I/Os per submit and per reap call,
+        # and completion latency in fio's buckets (percent of all I/Os)
+        "iodepth_level": _shares(r.get("depth_map", [0] * 7), DEPTH_KEYS),
+        "iodepth_submit": _shares(r.get("submit_map", [0] * 7), BATCH_KEYS),
+        "iodepth_complete": _shares(r.get("complete_map", [0] * 7), BATCH_KEYS),
+        **r.get("lat_buckets", {}),
+        "latency_depth": native["iodepth"],
+        "latency_target": 0,
+        "latency_percentile": 100.0,
+        "latency_window": 0,
         "uringkit": {
             "engine": native["ioengine"],
             "engine_reason": job.get("engine_reason"),

@@ -93,6 +93,16 @@ impl Hist {
         var.max(0.0).sqrt()
     }
 
+    /// How many recorded values are below `v` (to the histogram's 0.8 % resolution:
+    /// values in `v`'s own bucket are not counted).
+    pub fn count_below(&self, v: u64) -> u64 {
+        if v > self.max {
+            return self.n;
+        }
+        let i = Self::index(v).min(self.counts.len());
+        self.counts[..i].iter().sum()
+    }
+
     /// The value at percentile `p` (0–100), clamped to [min, max].
     pub fn percentile(&self, p: f64) -> u64 {
         if self.n == 0 {
@@ -127,6 +137,9 @@ mod tests {
             h.record(v);
         }
         assert_eq!(h.percentile(50.0), 50);
+        assert_eq!(h.count_below(50), 49);
+        assert_eq!(h.count_below(1), 0);
+        assert_eq!(h.count_below(1000), 100);
         assert_eq!(h.percentile(100.0), 100);
         assert_eq!(h.min, 1);
         assert!((h.mean() - 50.5).abs() < 1e-9);

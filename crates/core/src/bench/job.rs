@@ -107,6 +107,44 @@ pub struct JobResult {
     /// How the engine was set up (see `Engine::setup`).
     pub setup: Option<String>,
     pub depth: u32,
+    /// Per `SAMPLE` window of the measured run: reads, read bytes, writes, write bytes,
+    /// window length in ns (fio's bw/iops samples, `bw_avg_time=500`).
+    pub samples: Vec<[u64; 5]>,
+    /// fio's "IO depths": I/Os submitted while 1, 2, 4, 8, 16, 32, >=64 were in flight.
+    pub depth_map: [u64; 7],
+    /// fio's "submit" and "complete": system calls handing over / reaping 0, 1-4, 5-8,
+    /// 9-16, 17-32, 33-64, >64 I/Os.
+    pub submit_map: [u64; 7],
+    pub complete_map: [u64; 7],
+}
+
+/// fio's sampling window for bandwidth and IOPS.
+pub const SAMPLE: Duration = Duration::from_millis(500);
+
+/// fio's bucket for a batch of `n` I/Os (io_u_mark_submit / io_u_mark_complete).
+fn batch_bucket(n: usize) -> usize {
+    match n {
+        0 => 0,
+        1..=4 => 1,
+        5..=8 => 2,
+        9..=16 => 3,
+        17..=32 => 4,
+        33..=64 => 5,
+        _ => 6,
+    }
+}
+
+/// fio's bucket for the depth an I/O was submitted at (io_u_mark_depth).
+fn depth_bucket(d: usize) -> usize {
+    match d {
+        0 | 1 => 0,
+        2..=3 => 1,
+        4..=7 => 2,
+        8..=15 => 3,
+        16..=31 => 4,
+        32..=63 => 5,
+        _ => 6,
+    }
 }
 
 /// Live numbers handed to the progress callback.
@@ -422,6 +460,23 @@ pub fn run_jobs(
                     total.setup = r.setup;
                 }
                 total.depth = r.depth;
+                // group reporting: the jobs' windows, summed window by window
+                for (i, w) in r.samples.iter().enumerate() {
+                    match total.samples.get_mut(i) {
+                        Some(t) => {
+                            for k in 0..4 {
+                                t[k] += w[k];
+                            }
+                            t[4] = t[4].max(w[4]);
+                        }
+                        None => total.samples.push(*w),
+                    }
+                }
+                for k in 0..7 {
+                    total.depth_map[k] += r.depth_map[k];
+                    total.submit_map[k] += r.submit_map[k];
+                    total.complete_map[k] += r.complete_map[k];
+                }
             }
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
@@ -527,6 +582,8 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     let mut first_verify: Option<String> = None;
     let mut verified = 0u64;
     let mut counter = 0u64;
+    let mut t_sample = t_start;
+    let mut sample_base = [0u64; 4];
     loop {
         let t_now = Instant::now();
         if !measuring && shared.measuring.load(Ordering::Acquire) {
@@ -536,6 +593,23 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             res.read = DirStats::default();
             res.write = DirStats::default();
             res.sync = Hist::new();
+            res.samples.clear();
+            res.depth_map = [0; 7];
+            res.submit_map = [0; 7];
+            res.complete_map = [0; 7];
+            t_sample = t_now;
+            sample_base = [0; 4];
+        }
+        if measuring && t_now - t_sample >= SAMPLE {
+            let now4 = [res.read.ios, res.read.bytes, res.write.ios, res.write.bytes];
+            let mut w = [0u64; 5];
+            for k in 0..4 {
+                w[k] = now4[k] - sample_base[k];
+            }
+            w[4] = (t_now - t_sample).as_nanos() as u64;
+            res.samples.push(w);
+            sample_base = now4;
+            t_sample = t_now;
         }
         let time_up = match spec.runtime {
             Some(rt) => measuring && t_now - t_start >= rt,
@@ -621,6 +695,10 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             if !deferred {
                 eng.submit()?;
             }
+            if measuring {
+                // (deferred: the wait below hands them over, one call as well)
+                res.submit_map[batch_bucket(queued.len())] += 1;
+            }
             let t_after = if sync_engine || deferred {
                 t_before
             } else {
@@ -630,6 +708,9 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
                 slots[s as usize].t_submit = t_after;
             }
             in_flight += queued.len();
+            if measuring {
+                res.depth_map[depth_bucket(in_flight)] += queued.len() as u64;
+            }
             queued.clear();
         }
         if in_flight == 0 {
@@ -651,6 +732,9 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
         if backlog.len() < want.max(1) {
             cqes.clear();
             eng.reap(want.saturating_sub(backlog.len()), &mut cqes)?;
+            if measuring && !(cqes.is_empty() && want == 0) {
+                res.complete_map[batch_bucket(cqes.len())] += 1;
+            }
             backlog.extend(cqes.drain(..));
         }
         let t_done = Instant::now();
