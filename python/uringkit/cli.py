@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  uringkit bench --name=r --filename=f --size=1g --rw=randread --ioengine=io_uring",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"uringkit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     d = sub.add_parser(
         "doctor",

@@ -293,6 +293,17 @@ def test_json_has_every_key_fio_writes(tmp_path: Path) -> None:
     assert not missing, f"fio writes, we do not: {sorted(missing)}"
 
 
+def test_version() -> None:
+    from uringkit import __version__
+
+    out = bench("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"uringkit-{__version__}"
+    top = subprocess.run(
+        [sys.executable, "-m", "uringkit", "--version"], capture_output=True, text=True
+    )
+    assert top.returncode == 0 and top.stdout.strip() == f"uringkit {__version__}"
+
+
 def test_help() -> None:
     out = bench("--help")
     assert out.returncode == 0 and "examples:" in out.stdout and "--vs-fio" in out.stdout

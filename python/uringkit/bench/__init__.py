@@ -56,6 +56,7 @@ options:
                           progress goes to stderr)
   --output FILE           also write the JSON result to FILE
   --no-progress           no live progress line
+  --version               print the version (uringkit-X.Y.Z, as fio --version)
   -h, --help              this help
 
 examples:
@@ -79,6 +80,8 @@ def _split(argv: list[str]) -> tuple[dict[str, Any], list[str], list[str]]:
         key, eq, val = a.partition("=")
         if a in ("-h", "--help"):
             ours["help"] = True
+        elif a == "--version":  # as `fio --version`
+            ours["version"] = True
         elif a in OURS_FLAGS:
             ours[a[2:].replace("-", "_")] = True
         elif key in OURS_VALUED:
@@ -103,6 +106,11 @@ def main(argv: list[str]) -> int:
         return 2
     if ours.get("help"):
         print(HELP)
+        return 0
+    if ours.get("version"):
+        from .. import __version__
+
+        print(f"uringkit-{__version__}")
         return 0
     fmt = ours.get("output_format", "normal")
     if fmt not in ("normal", "json"):
