@@ -22,6 +22,8 @@ def test_commands(tmp_path: Path) -> None:
     out = kv("get", p, "nope")
     assert out.returncode == 1 and "not found" in out.stderr
     assert kv("scan", p, "--prefix", "user:").stdout == "user:1\tada\nuser:2\tbob\n"
+    assert kv("scan", p, "--limit", "1").stdout == "user:1\tada\n"
+    assert kv("scan", p, "--prefix", "zzz").stdout == ""
     assert kv("delete", p, "user:1").returncode == 0
     assert kv("scan", p, "--keys-only").stdout == "user:2\n"
     assert "retired" in kv("compact", p).stdout

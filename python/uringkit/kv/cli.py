@@ -92,14 +92,18 @@ def main(argv: list[str]) -> int:
                     return 1
             elif a.cmd == "scan":
                 pre = _b(a.prefix, h)
-                n = 0
-                for k, v in sorted(db.items()):
-                    if not k.startswith(pre):
-                        continue
-                    print(_show(k, h) if a.keys_only else f"{_show(k, h)}\t{_show(v, h)}")
-                    n += 1
-                    if a.limit and n >= a.limit:
-                        break
+                # keys from the in-memory index; values read only for what is printed
+                keys = sorted(k for k in db if k.startswith(pre))
+                if a.limit:
+                    keys = keys[: a.limit]
+                for i in range(0, len(keys), 1000):
+                    chunk = keys[i : i + 1000]
+                    vals = [None] * len(chunk) if a.keys_only else db.multi_get(chunk)
+                    for k, v in zip(chunk, vals, strict=True):
+                        if a.keys_only:
+                            print(_show(k, h))
+                        elif v is not None:  # (deleted meanwhile: skipped)
+                            print(f"{_show(k, h)}\t{_show(v, h)}")
             elif a.cmd == "compact":
                 retired, freed = db.compact()
                 print(f"retired {retired} segments, reclaimed {freed} bytes")
