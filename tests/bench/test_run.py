@@ -123,6 +123,8 @@ def test_jobfile_and_table(tmp_path: Path) -> None:
     out = bench(str(jf), "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "uringkit bench" in out.stdout and "IOPS" in out.stdout
+    # fio's IO depths / submit / complete distributions, one line per job
+    assert "a (uringkit): depth " in out.stdout and "per submit" in out.stdout
 
 
 def test_libaio_buffered_warns(tmp_path: Path) -> None:

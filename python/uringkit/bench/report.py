@@ -100,6 +100,26 @@ def job_table(con: Console, results: list[dict[str, Any]]) -> None:
                 "",
             )
     con.print(t)
+    for item in results:
+        for who, j in [("uringkit", item["ours"][-1]), *(("fio", f) for f in item["fio"][-1:])]:
+            line = distributions(j)
+            if line:
+                con.print(f"[dim]{j['jobname']} ({who}):[/] {line}")
+
+
+def _dist(d: dict[str, float], unit: str = "") -> str:
+    return " ".join(f"{k}{unit}={v:.1f}%" for k, v in d.items() if v >= 0.05)
+
+
+def distributions(j: dict[str, Any]) -> str:
+    """fio's "IO depths / submit / complete" lines in one: where each engine's batching
+    shows (how deep the queue was at each submission, how many I/Os per system call)."""
+    if "iodepth_level" not in j:
+        return ""
+    return (
+        f"depth {_dist(j['iodepth_level'])} | per submit {_dist(j['iodepth_submit'])} | "
+        f"per reap {_dist(j['iodepth_complete'])}"
+    )
 
 
 def plot(
