@@ -22,7 +22,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from .._native import AlignedBuffer
-from . import os
+from . import os, tempfile
 from ._backend import get_backend
 from ._file import AsyncFile, AsyncTextFile, _explain_direct, bad_range
 
@@ -33,6 +33,7 @@ __all__ = [
     "backend_name",
     "open",
     "os",
+    "tempfile",
     "read_many",
     "write_many",
 ]

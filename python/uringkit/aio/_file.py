@@ -115,6 +115,8 @@ class AsyncFile(_Lines[bytes]):
         self._append = append
         self._closefd = closefd
         self._direct = direct
+        #: a path removed when the file is closed (aio.tempfile.NamedTemporaryFile)
+        self.unlink_on_close: str | None = None
         # Pipes, FIFOs, sockets and ttys cannot be read by offset: they are streams, read
         # and written at "the current position" (offset -1); _pos then only counts bytes.
         self._stream = False
@@ -542,8 +544,13 @@ class AsyncFile(_Lines[bytes]):
         finally:
             self._wbuf = bytearray()
             self.closed = True
-            if self._closefd:
-                await self._close_fd()
+            try:
+                if self._closefd:
+                    await self._close_fd()
+            finally:
+                if self.unlink_on_close is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        await self._b.run(os.unlink, self.unlink_on_close)
 
     async def _close_fd(self) -> None:
         if not self._writable and not self._stream and _closes_inline(self._fd):
@@ -580,6 +587,9 @@ class AsyncFile(_Lines[bytes]):
             if self._closefd:
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
+            if getattr(self, "unlink_on_close", None) is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.unlink_on_close)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"<uringkit.aio.AsyncFile name={self.name!r} mode={self.mode!r}>"
