@@ -121,30 +121,16 @@ pub struct JobResult {
 /// fio's sampling window for bandwidth and IOPS.
 pub const SAMPLE: Duration = Duration::from_millis(500);
 
-/// fio's bucket for a batch of `n` I/Os (io_u_mark_submit / io_u_mark_complete).
-fn batch_bucket(n: usize) -> usize {
-    match n {
-        0 => 0,
-        1..=4 => 1,
-        5..=8 => 2,
-        9..=16 => 3,
-        17..=32 => 4,
-        33..=64 => 5,
-        _ => 6,
-    }
-}
+/// fio's buckets for a batch of I/Os per submit/reap call (io_u_mark_submit /
+/// io_u_mark_complete: 0, 1-4, 5-8, 9-16, 17-32, 33-64, more) and for the depth an I/O
+/// was submitted at (io_u_mark_depth: 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+): the upper
+/// limit of each bucket but the last.
+const BATCH_LIMITS: [usize; 6] = [0, 4, 8, 16, 32, 64];
+const DEPTH_LIMITS: [usize; 6] = [1, 3, 7, 15, 31, 63];
 
-/// fio's bucket for the depth an I/O was submitted at (io_u_mark_depth).
-fn depth_bucket(d: usize) -> usize {
-    match d {
-        0 | 1 => 0,
-        2..=3 => 1,
-        4..=7 => 2,
-        8..=15 => 3,
-        16..=31 => 4,
-        32..=63 => 5,
-        _ => 6,
-    }
+/// The bucket of `n`: the first whose limit it does not exceed, else the last (6).
+fn bucket(n: usize, limits: &[usize; 6]) -> usize {
+    limits.iter().position(|&l| n <= l).unwrap_or(limits.len())
 }
 
 /// Live numbers handed to the progress callback.
@@ -697,7 +683,7 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             }
             if measuring {
                 // (deferred: the wait below hands them over, one call as well)
-                res.submit_map[batch_bucket(queued.len())] += 1;
+                res.submit_map[bucket(queued.len(), &BATCH_LIMITS)] += 1;
             }
             let t_after = if sync_engine || deferred {
                 t_before
@@ -709,7 +695,7 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             }
             in_flight += queued.len();
             if measuring {
-                res.depth_map[depth_bucket(in_flight)] += queued.len() as u64;
+                res.depth_map[bucket(in_flight, &DEPTH_LIMITS)] += queued.len() as u64;
             }
             queued.clear();
         }
@@ -733,7 +719,7 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             cqes.clear();
             eng.reap(want.saturating_sub(backlog.len()), &mut cqes)?;
             if measuring && !(cqes.is_empty() && want == 0) {
-                res.complete_map[batch_bucket(cqes.len())] += 1;
+                res.complete_map[bucket(cqes.len(), &BATCH_LIMITS)] += 1;
             }
             backlog.extend(cqes.drain(..));
         }
@@ -998,6 +984,17 @@ mod tests {
         .unwrap();
         assert!(r.read.ios > 0 && calls > 0);
         assert!(r.elapsed_ns >= 150_000_000);
+    }
+
+    #[test]
+    fn fio_buckets() {
+        let b = |n| bucket(n, &BATCH_LIMITS);
+        assert_eq!([b(0), b(1), b(4), b(5), b(64), b(65)], [0, 1, 1, 2, 5, 6]);
+        let d = |n| bucket(n, &DEPTH_LIMITS);
+        assert_eq!(
+            [d(1), d(2), d(4), d(16), d(63), d(64), d(128)],
+            [0, 1, 2, 4, 5, 6, 6]
+        );
     }
 
     #[test]
