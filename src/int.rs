@@ -110,6 +110,11 @@ int_args! {
     u32_index => "index": u32,
     u16_buffer_id => "buffer_id": u16,
     u32_offset => "offset": u32,
+    u32_length => "length": u32 = "between 0 and 2**32 - 1 (0: to the end of the file)",
+    i64_length => "length": i64 = "between 0 and 2**63 - 1 (0: to the end of the file)",
+    i32_advice => "advice": i32,
+    i32_backlog => "backlog": i32,
+    u64_target => "target": u64,
 }
 
 opt_int_args! {

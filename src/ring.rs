@@ -86,6 +86,18 @@ impl Ring {
             .ok_or_else(|| PyValueError::new_err("I/O operation on a closed Ring"))
     }
 
+    /// The ring-internal user_data of the first in-flight op queued with `user_data ==
+    /// target` (what the kernel knows it by); an id no slot has when there is none, so
+    /// the kernel answers -ENOENT as it would for an unknown user_data.
+    fn target_slot(&mut self, target: u64) -> PyResult<u64> {
+        Ok(self
+            .core()?
+            .slots_with_user_data(target)
+            .first()
+            .copied()
+            .unwrap_or(u32::MAX as u64 - 1))
+    }
+
     /// Queue one entry; `slot.keep` and `slot.owned` hold everything it points to.
     fn queue(
         &mut self,
@@ -1586,6 +1598,222 @@ impl Ring {
                 )
             }
         }
+    }
+
+    /// Queue a poll for readiness of `fd`: `mask` is `select.POLLIN | select.POLLOUT | …`
+    /// (default POLLIN). Result: the ready events. `multishot=True`: one completion
+    /// (`more=True`) per readiness change, until `poll_remove`, `cancel` or an error.
+    #[pyo3(signature = (fd, mask=1, *, multishot=false, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn poll_add(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_mask)] mask: u32,
+        multishot: bool,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::poll::poll_add(fd, mask, multishot),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue the removal of the poll queued with `user_data == target`. Result: 0, or
+    /// -ENOENT (no such poll) / -EALREADY; the poll itself completes with -ECANCELED.
+    #[pyo3(signature = (target, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn poll_remove(
+        &mut self,
+        #[pyo3(from_py_with = int::u64_target)] target: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let id = self.target_slot(target)?;
+        self.queue(
+            op::poll::poll_remove(id),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue sync_file_range(2) over `length` bytes at `offset` (`length=0`: to the end
+    /// of the file). `flags`: 1 WAIT_BEFORE | 2 WRITE | 4 WAIT_AFTER (default 2: start
+    /// writeback without waiting — how RocksDB bounds a file's dirty pages).
+    #[pyo3(signature = (fd, length=0, offset=0, *, flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn sync_file_range(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_length)] length: u32,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::sync::sync_file_range(fd, offset, length, flags),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue posix_fadvise(2): `advice` is one of `os.POSIX_FADV_*` for `length` bytes at
+    /// `offset` (`length=0`: to the end of the file).
+    #[pyo3(signature = (fd, offset, length, advice, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn fadvise(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::i64_length)] length: i64,
+        #[pyo3(from_py_with = int::i32_advice)] advice: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::fs::fadvise(fd, offset, length, advice),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue ftruncate(2) of `fd` to `length` bytes (kernel 6.9+: check `"ftruncate" in
+    /// Ring.probe()`).
+    #[pyo3(signature = (fd, length, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn ftruncate(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_length)] length: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::fs::ftruncate(fd, length),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue bind(2) of socket `fd` to `address` (as `connect` takes it); kernel 6.11+.
+    #[pyo3(signature = (fd, address, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn bind(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        address: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let sa = Box::new(sockaddr_arg(address)?);
+        let e = op::net::bind(fd, &sa);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Addr(sa);
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
+    }
+
+    /// Queue listen(2) on socket `fd` (kernel 6.11+).
+    #[pyo3(signature = (fd, backlog=128, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn listen(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_backlog)] backlog: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue(
+            op::net::listen(fd, backlog),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue the removal of the timeout queued with `user_data == target`: it completes
+    /// with -ECANCELED, this with 0 (or -ENOENT / -EALREADY).
+    #[pyo3(signature = (target, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn timeout_remove(
+        &mut self,
+        #[pyo3(from_py_with = int::u64_target)] target: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let id = self.target_slot(target)?;
+        self.queue(
+            op::timeout::timeout_remove(id),
+            Slot::new(user_data, 0, Keep::None),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a new expiry for the timeout queued with `user_data == target`: `seconds`
+    /// from now (or an absolute CLOCK_MONOTONIC time with `absolute=True`).
+    #[pyo3(signature = (target, seconds, *, absolute=false, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn timeout_update(
+        &mut self,
+        #[pyo3(from_py_with = int::u64_target)] target: u64,
+        seconds: f64,
+        absolute: bool,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        check_seconds(seconds)?;
+        let id = self.target_slot(target)?;
+        let ts = Box::new(op::timeout::timespec(seconds));
+        let p = &*ts as *const io_uring::types::Timespec;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Timespec(ts);
+        self.queue(
+            op::timeout::timeout_update(id, p, absolute),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
     }
 
     /// Read `len(offsets)` blocks of `size` bytes in one call: block i comes from file

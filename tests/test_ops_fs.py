@@ -1,10 +1,12 @@
-"""openat / close / statx / splice / tee."""
+"""openat / close / statx / splice / tee / sync_file_range / fadvise / ftruncate."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
+
+import pytest
 
 from uringkit import Ring
 
@@ -105,3 +107,36 @@ def test_tee_duplicates_pipe(ring: Ring) -> None:
     finally:
         for fd in (r1, w1, r2, w2):
             os.close(fd)
+
+
+def test_sync_file_range_and_fadvise(ring: Ring, tmp_path: Path) -> None:
+    need_ops("sync_file_range", "fadvise")
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, os.urandom(1 << 16))
+        ring.sync_file_range(fd, user_data=1)  # start writeback of the whole file
+        ring.sync_file_range(fd, 4096, 0, flags=1 | 2 | 4, user_data=2)  # and wait for it
+        ring.fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED, user_data=3)
+        ring.fadvise(fd, 0, 0, 12345, user_data=4)  # no such advice
+        got = {c.user_data: c.res for c in wait_all(ring, 4)}
+        assert got == {1: 0, 2: 0, 3: 0, 4: -22}
+        with pytest.raises(OverflowError, match="length must be between 0 and 2"):
+            ring.sync_file_range(fd, 2**32)
+    finally:
+        os.close(fd)
+
+
+def test_ftruncate(ring: Ring, tmp_path: Path) -> None:
+    need_ops("ftruncate")
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"x" * 1000)
+        ring.ftruncate(fd, 100, user_data=1)
+        assert ring.wait(1)[0].res == 0
+        assert os.fstat(fd).st_size == 100
+        dfd = os.open(tmp_path, os.O_RDONLY)
+        ring.ftruncate(dfd, 0, user_data=2)  # a directory
+        assert ring.wait(1)[0].res < 0
+        os.close(dfd)
+    finally:
+        os.close(fd)

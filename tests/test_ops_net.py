@@ -163,3 +163,27 @@ def test_unix_socket_connect(ring: Ring, tmp_path: os.PathLike[str]) -> None:
     finally:
         c.close()
         srv.close()
+
+
+def test_bind_listen_then_accept(ring: Ring) -> None:
+    """A whole server set up through the ring: socket, bind, listen, accept."""
+    need_ops("socket", "bind", "listen", "accept")
+    ring.socket(socket.AF_INET, socket.SOCK_STREAM, user_data=1)
+    sfd = ring.wait(1)[0].raise_for_error()
+    srv = socket.socket(fileno=sfd)
+    try:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ring.bind(sfd, ("127.0.0.1", 0), user_data=2, link=True)
+        ring.listen(sfd, 8, user_data=3)
+        got = {c.user_data: c.res for c in wait_all(ring, 2)}
+        assert got == {2: 0, 3: 0}
+        port = srv.getsockname()[1]
+        assert port != 0
+        ring.accept(sfd, user_data=4)
+        with socket.create_connection(("127.0.0.1", port)):
+            (c,) = ring.wait(1, timeout=5)
+            os.close(c.raise_for_error())
+        ring.bind(sfd, ("127.0.0.1", port), user_data=5)  # already bound
+        assert ring.wait(1)[0].res == -22
+    finally:
+        srv.close()

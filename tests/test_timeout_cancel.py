@@ -81,3 +81,63 @@ def test_cancel_args(ring: Ring) -> None:
         ring.cancel()
     with pytest.raises(ValueError, match="exactly one"):
         ring.cancel(1, fd=0)
+
+
+def test_timeout_remove(ring: Ring) -> None:
+    need_ops("timeout", "timeout_remove")
+    ring.timeout(10, user_data=3)
+    ring.submit()
+    ring.timeout_remove(3, user_data=4)
+    got = {c.user_data: c.res for c in wait_all(ring, 2)}
+    assert got == {3: -errno.ECANCELED, 4: 0}
+    ring.timeout_remove(3, user_data=5)  # gone: nothing to remove
+    assert ring.wait(1)[0].res == -errno.ENOENT
+
+
+def test_timeout_update_fires_sooner(ring: Ring) -> None:
+    need_ops("timeout", "timeout_remove")
+    t = time.monotonic()
+    ring.timeout(30, user_data=3)
+    ring.submit()
+    ring.timeout_update(3, 0.02, user_data=4)
+    got = {c.user_data: c.res for c in wait_all(ring, 2)}
+    assert got == {3: -errno.ETIME, 4: 0}
+    assert time.monotonic() - t < 5
+    with pytest.raises(ValueError, match="seconds"):
+        ring.timeout_update(3, -1)
+
+
+def test_poll_add_oneshot_and_multishot(ring: Ring) -> None:
+    """A one-shot poll completes once with the ready events; a multishot one completes
+    (more=True) per wake-up until poll_remove, then with -ECANCELED and more=False."""
+    import select
+    import socket
+
+    need_ops("poll_add", "poll_remove")
+    a, b = socket.socketpair()
+    try:
+        ring.poll_add(a, select.POLLIN, user_data=1)
+        assert ring.wait(1, timeout=0.05) == []  # nothing to read yet
+        b.send(b"x")
+        (c,) = ring.wait(1, timeout=5)
+        assert c.user_data == 1 and c.res & select.POLLIN and not c.more
+        a.recv(10)
+
+        ring.poll_add(a.fileno(), select.POLLIN, multishot=True, user_data=2)
+        ring.submit()
+        seen = []
+        for i in range(3):
+            b.send(b"y")
+            (c,) = ring.wait(1, timeout=5)
+            assert c.user_data == 2 and c.res & select.POLLIN and c.more, (i, c)
+            seen.append(c)
+            a.recv(10)
+        ring.poll_remove(2, user_data=3)
+        got = {c.user_data: c for c in wait_all(ring, 2)}
+        assert got[3].res == 0
+        assert got[2].res == -errno.ECANCELED and not got[2].more
+        ring.poll_remove(2, user_data=4)
+        assert ring.wait(1)[0].res == -errno.ENOENT
+    finally:
+        a.close()
+        b.close()

@@ -609,6 +609,118 @@ class Ring:
         async_: bool = False,
         skip_success: bool = False,
     ) -> None: ...
+    def poll_add(
+        self,
+        fd: _Fd,
+        mask: int = 1,
+        *,
+        multishot: bool = False,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def poll_remove(
+        self,
+        target: int,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def sync_file_range(
+        self,
+        fd: _Fd,
+        length: int = 0,
+        offset: int = 0,
+        *,
+        flags: int = 2,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def fadvise(
+        self,
+        fd: _Fd,
+        offset: int,
+        length: int,
+        advice: int,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def ftruncate(
+        self,
+        fd: _Fd,
+        length: int,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def bind(
+        self,
+        fd: _Fd,
+        address: _Address,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def listen(
+        self,
+        fd: _Fd,
+        backlog: int = 128,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def timeout_remove(
+        self,
+        target: int,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def timeout_update(
+        self,
+        target: int,
+        seconds: float,
+        *,
+        absolute: bool = False,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
     def read_batch(
         self, fd: _Fd, buf: _BufferProtocol, offsets: list[int], size: int
     ) -> list[int]: ...

@@ -83,3 +83,15 @@ pub fn linkat(
         .flags(flags)
         .build()
 }
+
+/// posix_fadvise(2) on `len` bytes at `offset` (`len` 0: to the end of the file).
+pub fn fadvise(fd: FdArg, offset: u64, len: i64, advice: i32) -> Entry {
+    with_fd!(fd, |t| opcode::Fadvise::new(t, len as libc::off_t, advice)
+        .offset(offset)
+        .build())
+}
+
+/// ftruncate(2) to `len` bytes (kernel 6.9+).
+pub fn ftruncate(fd: FdArg, len: u64) -> Entry {
+    with_fd!(fd, |t| opcode::Ftruncate::new(t, len).build())
+}

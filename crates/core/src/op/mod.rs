@@ -9,6 +9,7 @@ pub mod cancel;
 pub mod fs;
 pub mod net;
 pub mod nop;
+pub mod poll;
 pub mod rw;
 pub mod splice;
 pub mod sync;

@@ -76,3 +76,15 @@ pub fn recvmsg(fd: FdArg, msg: *mut libc::msghdr, flags: u32) -> Entry {
 pub fn shutdown(fd: FdArg, how: i32) -> Entry {
     with_fd!(fd, |t| opcode::Shutdown::new(t, how).build())
 }
+
+/// bind(2) (kernel 6.11+). The entry points into `addr`: keep it alive (the slot's
+/// `Owned::Addr`) until completion.
+pub fn bind(fd: FdArg, addr: &SockAddr) -> Entry {
+    let (p, len) = (&addr.storage as *const _ as *const libc::sockaddr, addr.len);
+    with_fd!(fd, |t| opcode::Bind::new(t, p, len).build())
+}
+
+/// listen(2) (kernel 6.11+).
+pub fn listen(fd: FdArg, backlog: i32) -> Entry {
+    with_fd!(fd, |t| opcode::Listen::new(t, backlog).build())
+}

@@ -24,3 +24,19 @@ pub fn timeout(ts: *const types::Timespec, count: u32, absolute: bool) -> Entry 
 pub fn link_timeout(ts: *const types::Timespec) -> Entry {
     opcode::LinkTimeout::new(ts).build()
 }
+
+/// Remove the timeout whose (ring-internal) user_data is `target`: it completes with
+/// -ECANCELED, this with 0 (or -ENOENT, -EALREADY).
+pub fn timeout_remove(target: u64) -> Entry {
+    opcode::TimeoutRemove::new(target).build()
+}
+
+/// Re-arm the timeout `target` to fire after `ts` (relative, or absolute with `absolute`).
+pub fn timeout_update(target: u64, ts: *const types::Timespec, absolute: bool) -> Entry {
+    let flags = if absolute {
+        types::TimeoutFlags::ABS
+    } else {
+        types::TimeoutFlags::empty()
+    };
+    opcode::TimeoutUpdate::new(target, ts).flags(flags).build()
+}
