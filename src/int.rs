@@ -115,6 +115,7 @@ int_args! {
     i32_advice => "advice": i32,
     i32_backlog => "backlog": i32,
     u64_target => "target": u64,
+    u64_resolve => "resolve": u64,
 }
 
 opt_int_args! {
@@ -124,6 +125,7 @@ opt_int_args! {
     opt_u32_fixed_slot => "fixed_slot": u32,
     opt_u64_target => "target": u64,
     opt_usize_max => "max": usize,
+    opt_u32_mode => "mode": u32,
 }
 
 #[cfg(test)]

@@ -972,6 +972,56 @@ impl Ring {
         )
     }
 
+    /// Queue openat2(2): like `openat`, plus `resolve` — `uringkit.RESOLVE_*` flags that
+    /// restrict how the path is walked (`RESOLVE_BENEATH`: never leave `dir_fd`, -EXDEV;
+    /// `RESOLVE_NO_SYMLINKS`: -ELOOP on any symlink; `RESOLVE_IN_ROOT`: treat `dir_fd` as
+    /// `/`) — what a server needs to open user-supplied paths safely. `mode` defaults to
+    /// 0o644 with O_CREAT/O_TMPFILE and must be 0 otherwise. Result: the new fd.
+    #[pyo3(signature = (path, flags=0o2000000, mode=None, *, resolve=0, dir_fd=-100,
+        fixed_slot=None, user_data=0, link=false, hardlink=false, drain=false, async_=false,
+        skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn openat2(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::opt_u32_mode)] mode: Option<u32>,
+        #[pyo3(from_py_with = int::u64_resolve)] resolve: u64,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let creates = flags & (libc::O_CREAT | libc::O_TMPFILE) != 0;
+        let mode = mode.unwrap_or(if creates { 0o644 } else { 0 });
+        if mode != 0 && !creates {
+            return Err(PyValueError::new_err(
+                "openat2: mode must be 0 unless flags has O_CREAT or O_TMPFILE",
+            ));
+        }
+        // a fixed file has no close-on-exec flag (the kernel rejects O_CLOEXEC there)
+        let flags = if fixed_slot.is_some() {
+            flags & !libc::O_CLOEXEC
+        } else {
+            flags
+        };
+        let p = path_arg(path)?;
+        let how = Box::new(
+            io_uring::types::OpenHow::new()
+                .flags(flags as u32 as u64)
+                .mode(mode as u64)
+                .resolve(resolve),
+        );
+        let e = op::fs::openat2(dir_fd, p.as_ptr(), &*how, fixed_slot);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::PathHow(p, how);
+        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
+    }
+
     /// `ring.close()`: cancel every op in flight, wait (GIL released) for their completions
     /// so no memory is freed while the kernel may use it, then close the ring. Idempotent.
     ///

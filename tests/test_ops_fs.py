@@ -140,3 +140,41 @@ def test_ftruncate(ring: Ring, tmp_path: Path) -> None:
         os.close(dfd)
     finally:
         os.close(fd)
+
+
+def test_openat2_resolve_restrictions(ring: Ring, tmp_path: Path) -> None:
+    """RESOLVE_BENEATH keeps a lookup under dir_fd; RESOLVE_NO_SYMLINKS refuses links —
+    how a server opens user-supplied paths without traversal bugs."""
+    import errno
+
+    from uringkit import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS
+
+    need_ops("openat2")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f").write_text("inside")
+    (tmp_path / "secret").write_text("outside")
+    os.symlink("f", tmp_path / "sub" / "link")
+    d = os.open(tmp_path / "sub", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        ring.openat2("f", os.O_RDONLY, resolve=RESOLVE_BENEATH, dir_fd=d, user_data=1)
+        ring.openat2("../secret", os.O_RDONLY, resolve=RESOLVE_BENEATH, dir_fd=d, user_data=2)
+        ring.openat2("link", os.O_RDONLY, resolve=RESOLVE_NO_SYMLINKS, dir_fd=d, user_data=3)
+        ring.openat2("new", os.O_WRONLY | os.O_CREAT, dir_fd=d, user_data=4)  # mode 0o644
+        got = {c.user_data: c for c in wait_all(ring, 4)}
+        fd = got[1].raise_for_error()
+        assert os.read(fd, 10) == b"inside"
+        os.close(fd)
+        assert got[2].res == -errno.EXDEV
+        assert got[3].res == -errno.ELOOP
+        os.close(got[4].raise_for_error())
+        assert stat.S_IMODE(os.stat(tmp_path / "sub" / "new").st_mode) == 0o644 & ~_umask()
+        with pytest.raises(ValueError, match="mode must be 0"):
+            ring.openat2("f", os.O_RDONLY, 0o600, dir_fd=d)
+    finally:
+        os.close(d)
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m

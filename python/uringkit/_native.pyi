@@ -609,6 +609,22 @@ class Ring:
         async_: bool = False,
         skip_success: bool = False,
     ) -> None: ...
+    def openat2(
+        self,
+        path: _Path,
+        flags: int = ...,
+        mode: int | None = None,
+        *,
+        resolve: int = 0,
+        dir_fd: int = ...,
+        fixed_slot: int | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
     def poll_add(
         self,
         fd: _Fd,

@@ -8,7 +8,30 @@ from __future__ import annotations
 
 from ._native import AlignedBuffer, Completion, Fixed, Ring
 
-__all__ = ["AlignedBuffer", "Completion", "Fixed", "Ring", "aligned_buffer", "probe", "supported"]
+__all__ = [
+    "RESOLVE_BENEATH",
+    "RESOLVE_CACHED",
+    "RESOLVE_IN_ROOT",
+    "RESOLVE_NO_MAGICLINKS",
+    "RESOLVE_NO_SYMLINKS",
+    "RESOLVE_NO_XDEV",
+    "AlignedBuffer",
+    "Completion",
+    "Fixed",
+    "Ring",
+    "aligned_buffer",
+    "probe",
+    "supported",
+]
+
+# openat2(2)'s `resolve` flags (<linux/openat2.h>; the os module has none), for
+# Ring.openat2(..., resolve=...)
+RESOLVE_NO_XDEV = 0x01  # no crossing of mount points
+RESOLVE_NO_MAGICLINKS = 0x02  # no /proc/*/fd-style magic links
+RESOLVE_NO_SYMLINKS = 0x04  # no symlinks at all (-ELOOP)
+RESOLVE_BENEATH = 0x08  # never leave dir_fd (-EXDEV), no absolute paths
+RESOLVE_IN_ROOT = 0x10  # resolve as if dir_fd were the root directory
+RESOLVE_CACHED = 0x20  # only from the dentry cache (-EAGAIN otherwise)
 
 
 def aligned_buffer(size: int) -> AlignedBuffer:

@@ -27,6 +27,21 @@ pub fn openat(
     o.build()
 }
 
+/// openat2(2): `how` (flags, mode, RESOLVE_* restrictions on how the path is walked)
+/// must stay alive — the slot's `Owned::PathHow` — until completion.
+pub fn openat2(
+    dirfd: i32,
+    path: *const libc::c_char,
+    how: *const types::OpenHow,
+    slot: Option<u32>,
+) -> Entry {
+    let mut o = opcode::OpenAt2::new(types::Fd(dirfd), path, how);
+    if let Some(s) = slot {
+        o = o.file_index(types::DestinationSlot::try_from_slot_target(s).ok());
+    }
+    o.build()
+}
+
 pub fn close(fd: FdArg) -> Entry {
     with_fd!(fd, |t| opcode::Close::new(t).build())
 }

@@ -237,6 +237,7 @@ pub enum Owned {
     Timespec(Box<io_uring::types::Timespec>),
     Iovecs(Box<[libc::iovec]>),
     Path(CString),
+    PathHow(CString, Box<io_uring::types::OpenHow>),
     Paths(CString, CString),
     Statx(CString, Box<KStatx>),
     Addr(Box<SockAddr>),
