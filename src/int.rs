@@ -116,6 +116,7 @@ int_args! {
     i32_backlog => "backlog": i32,
     u64_target => "target": u64,
     u64_resolve => "resolve": u64,
+    u64_data => "data": u64,
 }
 
 opt_int_args! {

@@ -489,8 +489,10 @@ impl Ring {
 
     /// Submit what is queued, then block until at least `min_complete` completions are
     /// ready (or `timeout` seconds pass), with the GIL released. Returns every completion
-    /// ready at that point (possibly more than `min_complete`; fewer on timeout, or when
-    /// nothing else is in flight — it never waits for completions that cannot come).
+    /// ready at that point (possibly more than `min_complete`; fewer on timeout). With
+    /// nothing in flight and no `timeout` it returns at once (it never waits forever for
+    /// completions that cannot come); with a `timeout` it waits that long, for messages
+    /// other rings post with `msg_ring`.
     #[pyo3(signature = (min_complete=1, timeout=None))]
     fn wait(
         &mut self,
@@ -515,7 +517,9 @@ impl Ring {
         core.reap(&mut out, usize::MAX)
             .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
         while out.len() < min_complete {
-            if core.holding() == 0 && core.sq_pending() == 0 {
+            // Nothing of ours in flight: only a message from another ring (msg_ring) could
+            // still arrive — wait for it until the timeout, but never forever.
+            if core.holding() == 0 && core.sq_pending() == 0 && deadline.is_none() {
                 break;
             }
             let cap = core.cq_entries() as usize;
@@ -1862,6 +1866,57 @@ impl Ring {
         self.queue(
             op::timeout::timeout_update(id, p, absolute),
             slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a message to another ring (MSG_RING): a completion with `res` and
+    /// `user_data=data` appears in `target` (a Ring, or a ring's fd) without any op of its
+    /// own — how one thread wakes another's ring (pass that ring's `fileno()`, taken
+    /// before its thread blocks in `wait()`: a Ring in use by another thread cannot be
+    /// borrowed). This op completes with 0 here (or -EBADFD / -EOVERFLOW when the target
+    /// cannot take it). `data` is at most 2**62 - 1.
+    #[pyo3(signature = (target, res=0, *, data=0, user_data=0, link=false, hardlink=false,
+        drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn msg_ring(
+        mut slf: PyRefMut<'_, Self>,
+        target: &Bound<'_, PyAny>,
+        res: i32,
+        #[pyo3(from_py_with = int::u64_data)] data: u64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        if data > op::msg::MSG_MASK {
+            return Err(pyo3::exceptions::PyOverflowError::new_err(format!(
+                "data must be between 0 and 2**62 - 1 (got {data}): the top bits mark a \
+                 message in the receiving ring"
+            )));
+        }
+        let ring_fd = if target.as_ptr() == slf.as_ptr() {
+            slf.core()?.fd()
+        } else if let Ok(r) = target.cast::<Ring>() {
+            let mut other = r.try_borrow_mut().map_err(|_| {
+                PyRuntimeError::new_err(
+                    "the target Ring is busy in another thread (e.g. blocked in wait()): pass \
+                     its fileno(), taken before that thread started, as target",
+                )
+            })?;
+            other.core()?.fd()
+        } else {
+            target.extract::<i32>().map_err(|_| {
+                pyo3::exceptions::PyTypeError::new_err(
+                    "target must be a Ring or a ring's file descriptor (Ring.fileno())",
+                )
+            })?
+        };
+        slf.queue(
+            op::msg::msg_ring(ring_fd, res, data),
+            Slot::new(user_data, 0, Keep::None),
             opts(link, hardlink, drain, async_, skip_success),
         )
     }

@@ -625,6 +625,19 @@ class Ring:
         async_: bool = False,
         skip_success: bool = False,
     ) -> None: ...
+    def msg_ring(
+        self,
+        target: Ring | int,
+        res: int = 0,
+        *,
+        data: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
     def poll_add(
         self,
         fd: _Fd,

@@ -7,6 +7,7 @@
 
 pub mod cancel;
 pub mod fs;
+pub mod msg;
 pub mod net;
 pub mod nop;
 pub mod poll;

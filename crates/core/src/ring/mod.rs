@@ -439,6 +439,18 @@ impl<K> Ring<K> {
             }
             return;
         }
+        if ud >> 62 == crate::op::msg::MSG_TAG >> 62 {
+            // posted by another ring (msg_ring): no op of ours, nothing to release
+            out.push(Done {
+                user_data: ud & crate::op::msg::MSG_MASK,
+                res,
+                flags,
+                opcode: io_uring::opcode::MsgRingData::CODE,
+                io: IoInfo::default(),
+                slot: None,
+            });
+            return;
+        }
         let idx = ud as u32;
         let more = cqueue::more(flags);
         let (user_data, opcode, io) = match self.slots.get(idx as usize).and_then(|s| s.as_ref()) {
