@@ -447,3 +447,25 @@ def test_signal_storm_loses_no_completion(ring_run: Any) -> None:
             os.close(wr)
 
     assert ring_run(go) == 1000
+
+
+def test_truncate_goes_through_the_ring(tmp_path: Path, run: Any, engine: str) -> None:
+    """truncate() is IORING_OP_FTRUNCATE where the kernel has it (6.9+), not a thread hop."""
+    from uringkit import Ring
+
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 1000)
+
+    async def go() -> tuple[int, int]:
+        f = await aio.open(p, "r+b")
+        b = get_backend()
+        before = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+        assert await f.truncate(10) == 10
+        after = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+        await f.close()
+        return os.path.getsize(p), after - before
+
+    size, submits = run(go)
+    assert size == 10
+    if engine == "io_uring" and "ftruncate" in Ring.probe():
+        assert submits >= 1

@@ -65,6 +65,7 @@ class Backend(Protocol):
     async def pwrite(self, fd: int, data: Any, offset: int) -> int: ...
     async def fsync(self, fd: int, datasync: bool) -> None: ...
     async def fallocate(self, fd: int, mode: int, offset: int, length: int) -> None: ...
+    async def ftruncate(self, fd: int, length: int) -> None: ...
     async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]: ...
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any: ...
 
@@ -133,6 +134,9 @@ class ThreadBackend:
 
     async def fsync(self, fd: int, datasync: bool) -> None:
         await self.run(os.fdatasync if datasync else os.fsync, fd)
+
+    async def ftruncate(self, fd: int, length: int) -> None:
+        await self.run(os.ftruncate, fd, length)
 
     async def fallocate(self, fd: int, mode: int, offset: int, length: int) -> None:
         if mode:
@@ -290,6 +294,7 @@ class RingBackend:
         except OSError:  # kernels before 6.1
             self.ring = Ring(entries)
             self.single_issuer = False
+        self.ops = Ring.probe()  # (cached by the native side: one probe per process)
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.ring.register_eventfd(self.efd)
         self.waiting: dict[
@@ -593,6 +598,15 @@ class RingBackend:
         )
         if c.res < 0:
             raise _oserror(c.res, "fallocate")
+
+    async def ftruncate(self, fd: int, length: int) -> None:
+        """IORING_OP_FTRUNCATE where the kernel has it (6.9+), else the thread pool."""
+        if "ftruncate" not in self.ops:
+            await self.run(os.ftruncate, fd, length)
+            return
+        c = await self.op(lambda ud: self.ring.ftruncate(fd, length, user_data=ud))
+        if c.res < 0:
+            raise _oserror(c.res, "ftruncate")
 
     async def read_many(self, fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Page-cache hits inline — one system call for all ranges (a batch of

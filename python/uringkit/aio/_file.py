@@ -414,7 +414,7 @@ class AsyncFile(_Lines[bytes]):
             await self._flush_w()
         n = self._pos if size is None else size
         try:
-            await self._b.run(os.ftruncate, self._fd, n)
+            await self._b.ftruncate(self._fd, n)
         except OSError as e:
             raise self._named(e) from None
         self._drop_buf()
