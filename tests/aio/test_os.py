@@ -170,3 +170,44 @@ def test_stat_from_memory_when_it_can_be(tmp_path: Path, run: Any) -> None:
     assert hot_submits == 0
     if ring:
         assert proc_submits == 1
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_sendfile(tmp_path: Path, run: Any, blocking: bool) -> None:
+    """aio.os.sendfile sends what os.sendfile would (file -> socket, from an offset, to
+    the end of the file) without stopping early — also into a non-blocking socket whose
+    buffer fills (it waits for room instead of raising BlockingIOError)."""
+    import asyncio
+    import socket
+
+    data = os.urandom(700_000)  # several 64 KiB pipe loads, more than a socket buffer
+    p = tmp_path / "f"
+    p.write_bytes(data)
+
+    async def go() -> tuple[int, int, bytes]:
+        a, b = socket.socketpair()
+        a.setblocking(blocking)
+        b.setblocking(False)
+        loop = asyncio.get_running_loop()
+        fd = os.open(p, os.O_RDONLY)
+        try:
+
+            async def receive() -> bytes:
+                chunks = []
+                while chunk := await loop.sock_recv(b, 1 << 16):
+                    chunks.append(chunk)
+                return b"".join(chunks)
+
+            reader = asyncio.ensure_future(receive())
+            sent = await aio.os.sendfile(a.fileno(), fd, 1000, len(data))  # past EOF: the rest
+            tail = await aio.os.sendfile(a.fileno(), fd, len(data), 10)  # at EOF: nothing
+            a.shutdown(socket.SHUT_WR)
+            return sent, tail, await reader
+        finally:
+            os.close(fd)
+            a.close()
+            b.close()
+
+    sent, tail, got = run(go)
+    assert sent == len(data) - 1000 and tail == 0
+    assert got == data[1000:]

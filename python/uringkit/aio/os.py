@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os as _os
+import select as _select
 import stat as _stat
 import sys as _sys
 import types as _types
@@ -255,7 +256,32 @@ access = wrap(_os.access)
 statvfs = wrap(_os.statvfs)
 getcwd = wrap(_os.getcwd)
 scandir = wrap(lambda path=".": list(_os.scandir(path)))
-sendfile = wrap(_os.sendfile)
+
+
+async def sendfile(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+    """os.sendfile on the backend's thread pool, until `count` bytes are sent or the file
+    ends (unlike os.sendfile it does not stop early, and into a non-blocking socket it
+    waits for room instead of raising BlockingIOError); offset=None uses and moves
+    `in_fd`'s position. Not through the ring: splices (file -> pipe -> socket, linked)
+    measured 0.8x the pool's throughput with a 1 MiB pipe and 0.25x with 64 KiB here,
+    and slower for 64 KiB files too — the kernel runs splice on its workers anyway."""
+    return await get_backend().run(_sendfile_all, out_fd, in_fd, offset, count)  # type: ignore[no-any-return]
+
+
+def _sendfile_all(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+    """os.sendfile until `count` bytes or end of file (on a pool thread: it may wait for
+    a non-blocking socket to take more)."""
+    sent = 0
+    while sent < count:
+        try:
+            n = _os.sendfile(out_fd, in_fd, None if offset is None else offset + sent, count - sent)
+        except BlockingIOError:
+            _select.select([], [out_fd], [])
+            continue
+        if n == 0:
+            break
+        sent += n
+    return sent
 
 
 async def _exists(p: Any) -> bool:
