@@ -92,7 +92,12 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
 /// fio's latency distribution thresholds (the same for ns and µs; ms adds 2000).
 const LAT_LIMITS: [u64; 11] = [2, 4, 10, 20, 50, 100, 250, 500, 750, 1000, 2000];
 
-fn hist_dict<'py>(py: Python<'py>, h: &Hist, pcts: &[f64]) -> PyResult<Bound<'py, PyDict>> {
+fn hist_dict<'py>(
+    py: Python<'py>,
+    h: &Hist,
+    pcts: &[f64],
+    bins: bool,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("N", h.n)?;
     d.set_item("min", if h.n == 0 { 0 } else { h.min })?;
@@ -106,16 +111,29 @@ fn hist_dict<'py>(py: Python<'py>, h: &Hist, pcts: &[f64]) -> PyResult<Bound<'py
         }
     }
     d.set_item("percentile", p)?;
+    if bins {
+        // fio's json+: every non-empty bucket, value (ns) -> count
+        let b = PyDict::new(py);
+        for (v, c) in h.bins() {
+            b.set_item(v.to_string(), c)?;
+        }
+        d.set_item("bins", b)?;
+    }
     Ok(d)
 }
 
-fn dir_dict<'py>(py: Python<'py>, s: &DirStats, pcts: &[f64]) -> PyResult<Bound<'py, PyDict>> {
+fn dir_dict<'py>(
+    py: Python<'py>,
+    s: &DirStats,
+    pcts: &[f64],
+    bins: bool,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("ios", s.ios)?;
     d.set_item("bytes", s.bytes)?;
-    d.set_item("slat_ns", hist_dict(py, &s.slat, pcts)?)?;
-    d.set_item("clat_ns", hist_dict(py, &s.clat, pcts)?)?;
-    d.set_item("lat_ns", hist_dict(py, &s.lat, pcts)?)?;
+    d.set_item("slat_ns", hist_dict(py, &s.slat, pcts, bins)?)?;
+    d.set_item("clat_ns", hist_dict(py, &s.clat, pcts, bins)?)?;
+    d.set_item("lat_ns", hist_dict(py, &s.lat, pcts, bins)?)?;
     Ok(d)
 }
 
@@ -140,6 +158,11 @@ pub fn run_job<'py>(
             "percentiles must be in (0, 100] (got {bad})"
         )));
     }
+    // fio's --output-format=json+: the latency histograms' buckets too
+    let bins: bool = match spec.get_item("bins")? {
+        Some(v) => v.is_truthy()?,
+        None => false,
+    };
     let spec = spec_from(spec)?;
     let interval = Duration::from_secs_f64(interval.clamp(0.01, 10.0));
     let mut raised: Option<PyErr> = None;
@@ -177,9 +200,9 @@ pub fn run_job<'py>(
         None => PyOSError::new_err(e.to_string()),
     })?;
     let d = PyDict::new(py);
-    d.set_item("read", dir_dict(py, &r.read, &pcts)?)?;
-    d.set_item("write", dir_dict(py, &r.write, &pcts)?)?;
-    d.set_item("sync", hist_dict(py, &r.sync, &pcts)?)?;
+    d.set_item("read", dir_dict(py, &r.read, &pcts, bins)?)?;
+    d.set_item("write", dir_dict(py, &r.write, &pcts, bins)?)?;
+    d.set_item("sync", hist_dict(py, &r.sync, &pcts, bins)?)?;
     d.set_item("elapsed_ns", r.elapsed_ns)?;
     d.set_item("usr_ns", r.usage.user_ns)?;
     d.set_item("sys_ns", r.usage.sys_ns)?;

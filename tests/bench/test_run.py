@@ -295,6 +295,31 @@ def test_json_has_every_key_fio_writes(tmp_path: Path) -> None:
     assert not missing, f"fio writes, we do not: {sorted(missing)}"
 
 
+def test_json_plus_has_histogram_bins(tmp_path: Path) -> None:
+    """fio's json+: clat_ns.bins maps each latency bucket (ns) to its I/O count."""
+    out = bench(
+        f"--filename={tmp_path / 'f.dat'}",
+        "--size=8m",
+        "--name=t",
+        "--rw=randread",
+        "--runtime=0.2",
+        "--time_based",
+        "--output-format=json+",
+    )
+    assert out.returncode == 0, out.stderr
+    (j,) = json.loads(out.stdout)["jobs"]
+    bins = j["read"]["clat_ns"]["bins"]
+    assert sum(bins.values()) == j["read"]["total_ios"] > 0
+    values = [int(k) for k in bins]
+    assert values == sorted(values) and values[0] >= j["read"]["clat_ns"]["min"]
+    assert (
+        "bins"
+        not in run_json(tmp_path, "--rw=randread", "--runtime=0.1", "--time_based")["jobs"][0][
+            "read"
+        ]["clat_ns"]
+    )
+
+
 def test_version() -> None:
     from uringkit import __version__
 

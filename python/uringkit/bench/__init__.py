@@ -52,8 +52,9 @@ options:
                           About 9 minutes with fio (--quick: ~1.5).
   --plot FILE.png         write the plot here (default suite: uringkit-bench.png)
   --json-out FILE         where the default suite writes JSON (uringkit-bench.json)
-  --output-format=FMT     normal (tables) or json (fio's layout on stdout only;
-                          progress goes to stderr)
+  --output-format=FMT     normal (tables), json (fio's layout on stdout only;
+                          progress goes to stderr) or json+ (also the latency
+                          histograms' buckets, clat_ns.bins, as fio's json+)
   --output FILE           also write the JSON result to FILE
   --no-progress           no live progress line
   --version               print the version (uringkit-X.Y.Z, as fio --version)
@@ -113,10 +114,11 @@ def main(argv: list[str]) -> int:
         print(f"uringkit-{__version__}")
         return 0
     fmt = ours.get("output_format", "normal")
-    if fmt not in ("normal", "json"):
-        print(f"uringkit bench: --output-format={fmt}: use normal or json", file=sys.stderr)
+    if fmt not in ("normal", "json", "json+"):
+        print(f"uringkit bench: --output-format={fmt}: use normal, json or json+", file=sys.stderr)
         return 2
-    as_json = fmt == "json"
+    as_json = fmt in ("json", "json+")
+    ours["bins"] = fmt == "json+"
     con = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     progress = not ours.get("no_progress", False)
     try:
@@ -152,12 +154,13 @@ def _jobs(
     files = [str(j.get("filename", "")) for j in jobs if j.get("filename")]
     disks = runner.disk_snapshot(files)
     for job in jobs:
-        item: dict[str, Any] = {"ours": [runner.run(job, progress)], "fio": []}
+        bins = bool(ours.get("bins"))
+        item: dict[str, Any] = {"ours": [runner.run(job, progress, bins=bins)], "fio": []}
         if vs and fio_mod.supports(job):
             # ABBA (ours, fio, fio, ours): drift and warm-up favour each side once
             item["fio"].append(fio_mod.run(job))
             item["fio"].append(fio_mod.run(job))
-            item["ours"].append(runner.run(job, progress))
+            item["ours"].append(runner.run(job, progress, bins=bins))
         results.append(item)
         w = item["ours"][0]["uringkit"].get("warning")
         if w:

@@ -258,9 +258,12 @@ def fio_shape(job: Job, native: dict[str, Any], r: dict[str, Any]) -> dict[str, 
     }
 
 
-def run(job: Job, progress: bool = True, label: str | None = None) -> dict[str, Any]:
-    """Run one job (numjobs threads, group-reported) and return its fio-shaped result."""
-    native = job.to_native()
+def run(
+    job: Job, progress: bool = True, label: str | None = None, bins: bool = False
+) -> dict[str, Any]:
+    """Run one job (numjobs threads, group-reported) and return its fio-shaped result
+    (`bins`: with the latency histograms' buckets, as fio's json+)."""
+    native = {**job.to_native(), "bins": bins}
     if job.get("invalidate", True) and os.path.exists(native["filename"]):
         drop_cache(native["filename"])
     eta = job.get("eta")

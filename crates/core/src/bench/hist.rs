@@ -103,6 +103,16 @@ impl Hist {
         self.counts[..i].iter().sum()
     }
 
+    /// (bucket value, count) of every non-empty bucket, in value order: fio's json+ "bins".
+    pub fn bins(&self) -> Vec<(u64, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| (Self::value(i).clamp(self.min, self.max), c))
+            .collect()
+    }
+
     /// The value at percentile `p` (0–100), clamped to [min, max].
     pub fn percentile(&self, p: f64) -> u64 {
         if self.n == 0 {
