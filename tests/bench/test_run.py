@@ -320,6 +320,26 @@ def test_json_plus_has_histogram_bins(tmp_path: Path) -> None:
     )
 
 
+def test_output_file_instead_of_stdout(tmp_path: Path) -> None:
+    """fio's --output=FILE: the result goes to the file, in the chosen format."""
+    common = [
+        f"--filename={tmp_path / 'f.dat'}",
+        "--size=8m",
+        "--name=t",
+        "--rw=randread",
+        "--runtime=0.1",
+        "--time_based",
+        "--eta=never",
+    ]
+    out = bench(*common, "--output-format=json", f"--output={tmp_path / 'r.json'}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+    assert json.loads((tmp_path / "r.json").read_text())["jobs"][0]["jobname"] == "t"
+    out = bench(*common, f"--output={tmp_path / 'r.txt'}")
+    assert out.returncode == 0 and "IOPS" in (tmp_path / "r.txt").read_text()
+    assert "IOPS" not in out.stdout
+
+
 def test_version() -> None:
     from uringkit import __version__
 

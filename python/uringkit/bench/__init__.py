@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -55,7 +56,8 @@ options:
   --output-format=FMT     normal (tables), json (fio's layout on stdout only;
                           progress goes to stderr) or json+ (also the latency
                           histograms' buckets, clat_ns.bins, as fio's json+)
-  --output FILE           also write the JSON result to FILE
+  --output FILE           write the result (in --output-format) to FILE instead
+                          of stdout, as fio does
   --no-progress           no live progress line
   --version               print the version (uringkit-X.Y.Z, as fio --version)
   -h, --help              this help
@@ -189,14 +191,14 @@ def _jobs(
             ],
         }
     doc = runner.envelope(out_jobs, extra)
-    if as_json:
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        report.job_table(con, results)
-    if ours.get("output"):
-        with open(ours["output"], "w") as fh:
+    # fio's --output=FILE: the result goes to FILE instead of stdout, in its format
+    out_path = ours.get("output")
+    with open(out_path, "w") if out_path else contextlib.nullcontext(sys.stdout) as fh:
+        if as_json:
             json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        else:
+            report.job_table(Console(file=fh, width=160) if out_path else con, results)
     if ours.get("plot"):
         _plot_jobs(ours["plot"], [r["ours"][-1] for r in results], con)
     return 0
