@@ -123,6 +123,13 @@ def test_jobfile_and_table(tmp_path: Path) -> None:
     out = bench(str(jf), "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "uringkit bench" in out.stdout and "IOPS" in out.stdout
+    assert "one after another" not in out.stdout  # one job: nothing to say
+    jf.write_text(jf.read_text() + "\n[b]\nrw=randread\nioengine=psync\n")
+    out = bench(str(jf), "--no-progress")
+    assert out.returncode == 0 and "runs jobs one after another" in out.stdout
+    jf.write_text(jf.read_text().replace("[b]\n", "[b]\nstonewall\n"))
+    out = bench(str(jf), "--no-progress")
+    assert out.returncode == 0 and "one after another" not in out.stdout
     # fio's IO depths / submit / complete distributions, one line per job
     assert "a (uringkit): depth " in out.stdout and "per submit" in out.stdout
 

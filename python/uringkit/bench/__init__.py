@@ -152,6 +152,11 @@ def _jobs(
     if vs and not fio_mod.available():
         con.print("[yellow]--vs-fio: fio is not installed; running uringkit only[/]")
         vs = False
+    if any(not j.get("stonewall") for j in jobs[1:]):
+        con.print(
+            "[yellow]note:[/] uringkit runs jobs one after another (fio runs the jobs of a "
+            "file at the same time unless they have stonewall)"
+        )
     results: list[dict[str, Any]] = []
     files = [str(j.get("filename", "")) for j in jobs if j.get("filename")]
     disks = runner.disk_snapshot(files)

@@ -59,6 +59,9 @@ OPTIONS: dict[str, str] = {
     "eta": "eta",
     "startdelay": "time",
     "end_fsync": "bool",
+    # uringkit runs the jobs of a file one after another: what these ask fio for
+    "stonewall": "bool",
+    "new_group": "bool",
     # fio's knobs for fewer clock reads: accepted, latency is measured anyway (a clock
     # read per I/O costs ~20 ns here); the job prints a note saying so
     "gtod_reduce": "bool",
