@@ -29,10 +29,13 @@ def bench(
     )
 
 
+def small_job(tmp_path: Path, *opts: str) -> list[str]:
+    """A job `t` on an 8 MiB file in tmp_path, plus `opts`."""
+    return [f"--filename={tmp_path / 'f.dat'}", "--size=8m", "--name=t", *opts]
+
+
 def run_json(tmp_path: Path, *opts: str) -> dict[str, Any]:
-    out = bench(
-        f"--filename={tmp_path / 'f.dat'}", "--size=8m", "--name=t", *opts, "--output-format=json"
-    )
+    out = bench(*small_job(tmp_path, *opts), "--output-format=json")
     assert out.returncode == 0, out.stderr
     doc: dict[str, Any] = json.loads(out.stdout)  # stdout is only the JSON
     return doc
@@ -239,13 +242,9 @@ def test_percentile_list_end_fsync_and_gtod_note(tmp_path: Path) -> None:
     assert "gtod_reduce=1" in j["uringkit"]["warning"]
     # the table shows "–" for a percentile the list left out
     out = bench(
-        f"--filename={tmp_path / 'f.dat'}",
-        "--size=8m",
-        "--name=t",
-        "--rw=randread",
-        "--runtime=0.1",
-        "--time_based",
-        "--percentile_list=50",
+        *small_job(
+            tmp_path, "--rw=randread", "--runtime=0.1", "--time_based", "--percentile_list=50"
+        ),
         "--eta=never",
     )
     assert out.returncode == 0, out.stderr
@@ -305,12 +304,7 @@ def test_json_has_every_key_fio_writes(tmp_path: Path) -> None:
 def test_json_plus_has_histogram_bins(tmp_path: Path) -> None:
     """fio's json+: clat_ns.bins maps each latency bucket (ns) to its I/O count."""
     out = bench(
-        f"--filename={tmp_path / 'f.dat'}",
-        "--size=8m",
-        "--name=t",
-        "--rw=randread",
-        "--runtime=0.2",
-        "--time_based",
+        *small_job(tmp_path, "--rw=randread", "--runtime=0.2", "--time_based"),
         "--output-format=json+",
     )
     assert out.returncode == 0, out.stderr
@@ -329,15 +323,7 @@ def test_json_plus_has_histogram_bins(tmp_path: Path) -> None:
 
 def test_output_file_instead_of_stdout(tmp_path: Path) -> None:
     """fio's --output=FILE: the result goes to the file, in the chosen format."""
-    common = [
-        f"--filename={tmp_path / 'f.dat'}",
-        "--size=8m",
-        "--name=t",
-        "--rw=randread",
-        "--runtime=0.1",
-        "--time_based",
-        "--eta=never",
-    ]
+    common = small_job(tmp_path, "--rw=randread", "--runtime=0.1", "--time_based", "--eta=never")
     out = bench(*common, "--output-format=json", f"--output={tmp_path / 'r.json'}")
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
