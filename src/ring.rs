@@ -86,13 +86,13 @@ impl Ring {
             .ok_or_else(|| PyValueError::new_err("I/O operation on a closed Ring"))
     }
 
-    /// The ring-internal user_data of the first in-flight op queued with `user_data ==
-    /// target` (what the kernel knows it by); an id no slot has when there is none, so
+    /// The ring-internal user_data of the first in-flight op of kind `opcode` queued with
+    /// `user_data == target` (what the kernel knows it by); an id no slot has when there is none, so
     /// the kernel answers -ENOENT as it would for an unknown user_data.
-    fn target_slot(&mut self, target: u64) -> PyResult<u64> {
+    fn target_slot(&mut self, target: u64, opcode: u8) -> PyResult<u64> {
         Ok(self
             .core()?
-            .slots_with_user_data(target)
+            .slots_with_user_data_op(target, opcode)
             .first()
             .copied()
             .unwrap_or(u32::MAX as u64 - 1))
@@ -1693,7 +1693,7 @@ impl Ring {
         async_: bool,
         skip_success: bool,
     ) -> PyResult<()> {
-        let id = self.target_slot(target)?;
+        let id = self.target_slot(target, io_uring::opcode::PollAdd::CODE)?;
         self.queue(
             op::poll::poll_remove(id),
             Slot::new(user_data, 0, Keep::None),
@@ -1833,7 +1833,7 @@ impl Ring {
         async_: bool,
         skip_success: bool,
     ) -> PyResult<()> {
-        let id = self.target_slot(target)?;
+        let id = self.target_slot(target, io_uring::opcode::Timeout::CODE)?;
         self.queue(
             op::timeout::timeout_remove(id),
             Slot::new(user_data, 0, Keep::None),
@@ -1858,7 +1858,7 @@ impl Ring {
         skip_success: bool,
     ) -> PyResult<()> {
         check_seconds(seconds)?;
-        let id = self.target_slot(target)?;
+        let id = self.target_slot(target, io_uring::opcode::Timeout::CODE)?;
         let ts = Box::new(op::timeout::timespec(seconds));
         let p = &*ts as *const io_uring::types::Timespec;
         let mut slot = Slot::new(user_data, 0, Keep::None);

@@ -141,3 +141,20 @@ def test_poll_add_oneshot_and_multishot(ring: Ring) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_timeout_remove_finds_the_timeout_among_ops_sharing_its_user_data(
+    ring: Ring, pipe: tuple[int, int]
+) -> None:
+    """user_data defaults to 0 for every op: removal targets the timeout, not a read
+    that was queued first with the same user_data."""
+    need_ops("read", "timeout", "timeout_remove", "cancel")
+    ring.read(pipe[0], bytearray(4))  # user_data=0, stays in flight
+    ring.timeout(30)  # user_data=0 too
+    ring.submit()
+    ring.timeout_remove(0, user_data=9)
+    got = sorted((c.user_data, c.res) for c in wait_all(ring, 2))
+    assert got == [(0, -errno.ECANCELED), (9, 0)]
+    ring.cancel(0, user_data=10)  # now the read
+    got = sorted((c.user_data, c.res) for c in wait_all(ring, 2))
+    assert got == [(0, -errno.ECANCELED), (10, 0)]

@@ -499,6 +499,20 @@ impl<K> Ring<K> {
             .collect()
     }
 
+    /// Like [`Self::slots_with_user_data`], only ops with `opcode` (a poll for
+    /// poll_remove, a timeout for timeout_remove/update: another op that happens to share
+    /// the user_data is not the target).
+    pub fn slots_with_user_data_op(&self, user_data: u64, opcode: u8) -> Vec<u64> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Some(s) if s.user_data == user_data && s.opcode == opcode => Some(i as u64),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Queue an op the ring owns itself (no memory, completion swallowed).
     pub fn push_internal(&mut self, entry: squeue::Entry) -> io::Result<()> {
         self.push_raw(&entry.user_data(INTERNAL))?;
