@@ -64,7 +64,16 @@ type HeldOps<'py> = Vec<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)>;
 fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
     let pairs = || PyTypeError::new_err("batch ops must be (key, value_or_None) pairs");
     let mut held = Vec::with_capacity(ops.len().unwrap_or(0));
-    for item in ops.try_iter()? {
+    let items = ops.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "ops must be an iterable of (key, value_or_None) pairs, not {}",
+            ops.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    for item in items {
         let item = item?;
         // the common case, a 2-tuple, without a generic extraction per op
         let (k, v) = match item.cast::<pyo3::types::PyTuple>() {

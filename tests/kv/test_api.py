@@ -102,6 +102,10 @@ def test_write_applies_ops_atomically(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="key"):
             db.write([(b"c", b"3"), (b"", b"4")])
         assert b"c" not in db  # all or nothing
+        with pytest.raises(TypeError, match="ops must be an iterable of"):
+            db.write(5)  # type: ignore[arg-type]
+        db.write((b"g%d" % i, b"x") for i in range(3))  # any iterable
+        assert db[b"g2"] == b"x"
 
 
 def test_batch_without_with(tmp_path: Path) -> None:
