@@ -647,6 +647,7 @@ impl Ring {
             offset,
             Some(nbytes),
             None,
+            false,
             ud,
             false,
             false,
@@ -688,10 +689,14 @@ impl Ring {
     /// Queue a read of up to `nbytes` (default: len(buf)) into `buf` at `offset` (-1: the
     /// current file position). With `buffer_ring=` and no `buf`, the kernel picks a provided
     /// buffer (completion.buffer_id). Result: bytes read (0 at EOF).
+    /// `multishot=True` (with `buffer_ring`, kernel 6.7+, on a pipe, socket, eventfd or
+    /// tty): one completion (`more=True`) per chunk that arrives, until end of file, an
+    /// error, ENOBUFS or cancellation.
     /// `rw_flags`: preadv2's `os.RWF_*` flags (e.g. `RWF_NOWAIT`: EAGAIN instead of
     /// waiting for the disk).
-    #[pyo3(signature = (fd, buf=None, offset=-1, *, nbytes=None, buffer_ring=None, user_data=0,
-        link=false, hardlink=false, drain=false, async_=false, skip_success=false, rw_flags=0))]
+    #[pyo3(signature = (fd, buf=None, offset=-1, *, nbytes=None, buffer_ring=None,
+        multishot=false, user_data=0, link=false, hardlink=false, drain=false, async_=false,
+        skip_success=false, rw_flags=0))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &mut self,
@@ -700,6 +705,7 @@ impl Ring {
         #[pyo3(from_py_with = int::i64_offset)] offset: i64,
         #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
         buffer_ring: Option<&Bound<'_, BufferRing>>,
+        multishot: bool,
         #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
         link: bool,
         hardlink: bool,
@@ -711,6 +717,11 @@ impl Ring {
         let fd = fd_arg(fd, "fd")?;
         let off = offset_arg(offset)?;
         let o = opts(link, hardlink, drain, async_, skip_success);
+        if multishot && (buffer_ring.is_none() || buf.is_some()) {
+            return Err(PyValueError::new_err(
+                "multishot=True reads into provided buffers: pass buffer_ring= and no buf",
+            ));
+        }
         match (buf, buffer_ring) {
             (Some(_), Some(_)) => Err(PyValueError::new_err(
                 "pass either buf or buffer_ring, not both",
@@ -729,7 +740,12 @@ impl Ring {
                     buf_group: Some(group),
                     ..Default::default()
                 };
-                self.queue(op::rw::read_select(fd, len, off, group), slot, o)
+                let e = if multishot {
+                    op::rw::read_multi(fd, group)
+                } else {
+                    op::rw::read_select(fd, len, off, group)
+                };
+                self.queue(e, slot, o)
             }
             (Some(b), None) => {
                 let pb = writable_buffer(b, "buf")?;

@@ -95,3 +95,26 @@ def test_pipe_read_select(ring: Ring) -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_multishot_read_from_a_pipe(ring: Ring, pipe: tuple[int, int]) -> None:
+    """read(multishot=True): one completion per chunk written into the pipe, each in a
+    provided buffer, then end of file when the writer closes (kernel 6.7+)."""
+    need_ops("read_multishot")
+    r, w = pipe
+    br = ring.buffer_ring(4, 4, 64)
+    ring.read(r, buffer_ring=br, multishot=True, user_data=7)
+    ring.submit()
+    got = []
+    for chunk in (b"first", b"second", b"third"):
+        os.write(w, chunk)
+        (c,) = ring.wait(1, timeout=5)
+        assert c.user_data == 7 and c.ok and c.more
+        got.append(bytes(br.view(c)))
+        br.recycle(c.buffer_id)
+    assert got == [b"first", b"second", b"third"]
+    os.close(w)
+    (c,) = ring.wait(1, timeout=5)
+    assert c.res == 0 and not c.more  # end of file ends it
+    with pytest.raises(ValueError, match="multishot=True reads into provided buffers"):
+        ring.read(r, bytearray(4), multishot=True)

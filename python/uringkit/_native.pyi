@@ -208,6 +208,7 @@ class Ring:
         *,
         nbytes: int | None = None,
         buffer_ring: BufferRing | None = None,
+        multishot: bool = False,
         user_data: int = 0,
         link: bool = False,
         hardlink: bool = False,

@@ -22,6 +22,16 @@ pub fn read_select(fd: FdArg, len: u32, offset: u64, group: u16) -> Entry {
         .flags(io_uring::squeue::Flags::BUFFER_SELECT))
 }
 
+/// Multishot read (kernel 6.7+) of a pollable file (pipe, socket, eventfd, tty): one
+/// completion per chunk, each in a buffer from provided-buffer group `group`, until end
+/// of file, an error, ENOBUFS or cancellation. (The kernel takes each chunk's size from
+/// the buffer: the SQE's length must be 0.)
+pub fn read_multi(fd: FdArg, group: u16) -> Entry {
+    with_fd!(fd, |t| opcode::ReadMulti::new(t, 0, group)
+        .build()
+        .flags(io_uring::squeue::Flags::BUFFER_SELECT))
+}
+
 /// `rw_flags`: pwritev2's RWF_* flags (RWF_DSYNC: the write is durable like a write
 /// followed by fdatasync, in one SQE; RWF_APPEND, …), 0 for none.
 pub fn write(fd: FdArg, buf: *const u8, len: u32, offset: u64, rw_flags: i32) -> Entry {
