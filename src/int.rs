@@ -117,6 +117,9 @@ int_args! {
     u64_target => "target": u64,
     u64_resolve => "resolve": u64,
     u64_data => "data": u64,
+    u32_idtype => "idtype": u32,
+    u32_id => "id": u32,
+    i32_options => "options": i32,
 }
 
 opt_int_args! {

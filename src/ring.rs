@@ -158,6 +158,7 @@ impl Ring {
             if d.res >= 0 {
                 result = match &slot.owned {
                     Owned::Statx(_, st) => Some(statx_dict(py, st)?.into_any().unbind()),
+                    Owned::SigInfo(si) => Some(siginfo_dict(py, si)?.into_any().unbind()),
                     Owned::Addr(sa) if slot.opcode == io_uring::opcode::Accept::CODE => {
                         sockaddr_to_py(py, sa)?.map(|a| a.unbind())
                     }
@@ -276,6 +277,21 @@ impl Ring {
             )))
         }
     }
+}
+
+/// os.waitid's fields from the siginfo a waitid op filled in.
+fn siginfo_dict<'py>(py: Python<'py>, si: &libc::siginfo_t) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    // SAFETY: the kernel filled `si` for a SIGCHLD-style event (waitid), where the pid,
+    // uid and status union members are the valid ones.
+    unsafe {
+        d.set_item("si_pid", si.si_pid())?;
+        d.set_item("si_uid", si.si_uid())?;
+        d.set_item("si_status", si.si_status())?;
+    }
+    d.set_item("si_signo", si.si_signo)?;
+    d.set_item("si_code", si.si_code)?;
+    Ok(d)
 }
 
 fn statx_dict<'py>(py: Python<'py>, st: &KStatx) -> PyResult<Bound<'py, PyDict>> {
@@ -1881,6 +1897,37 @@ impl Ring {
         slot.owned = Owned::Timespec(ts);
         self.queue(
             op::timeout::timeout_update(id, p, absolute),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue waitid(2) (kernel 6.7+): completes with 0 when a child matching `idtype` /
+    /// `id` (`os.P_PID`, `os.P_PGID`, `os.P_ALL`, `os.P_PIDFD`) changes state as `options`
+    /// asks (`os.WEXITED`, `os.WSTOPPED`, … | `os.WNOWAIT`); `completion.result` then has
+    /// os.waitid's fields: `si_pid, si_uid, si_signo, si_status, si_code`.
+    #[pyo3(signature = (idtype, id, options, *, user_data=0, link=false, hardlink=false,
+        drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn waitid(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_idtype)] idtype: u32,
+        #[pyo3(from_py_with = int::u32_id)] id: u32,
+        #[pyo3(from_py_with = int::i32_options)] options: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        // SAFETY: siginfo_t is plain old data; all-zero is a valid (empty) value.
+        let mut info: Box<libc::siginfo_t> = Box::new(unsafe { std::mem::zeroed() });
+        let p = &mut *info as *mut libc::siginfo_t;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::SigInfo(info);
+        self.queue(
+            op::process::waitid(idtype, id, options, p),
             slot,
             opts(link, hardlink, drain, async_, skip_success),
         )

@@ -626,6 +626,19 @@ class Ring:
         async_: bool = False,
         skip_success: bool = False,
     ) -> None: ...
+    def waitid(
+        self,
+        idtype: int,
+        id: int,
+        options: int,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
     def msg_ring(
         self,
         target: Ring | int,

@@ -11,6 +11,7 @@ pub mod msg;
 pub mod net;
 pub mod nop;
 pub mod poll;
+pub mod process;
 pub mod rw;
 pub mod splice;
 pub mod sync;
@@ -242,6 +243,7 @@ pub enum Owned {
     Paths(CString, CString),
     Statx(CString, Box<KStatx>),
     Addr(Box<SockAddr>),
+    SigInfo(Box<libc::siginfo_t>),
     Msg(Box<MsgStore>),
 }
 
