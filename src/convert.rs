@@ -9,6 +9,14 @@ use uringkit_core::op::{FdArg, SockAddr};
 
 use crate::buffers::Fixed;
 
+/// The name of `obj`'s type, for error messages ("not bytearray").
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
 /// `OSError(errno, message)`; Python picks the subclass (PermissionError, …) from errno.
 pub fn os_error(errno: i32, message: impl Into<String>) -> PyErr {
     PyOSError::new_err((errno, message.into()))
@@ -58,7 +66,7 @@ pub fn read_only_buffer(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyUntype
     let b = PyUntypedBuffer::get(obj).map_err(|_| {
         PyTypeError::new_err(format!(
             "{what} must support the buffer protocol (bytes, bytearray, memoryview, Buffer), not {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            type_name(obj)
         ))
     })?;
     if !b.is_c_contiguous() {

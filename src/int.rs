@@ -28,11 +28,7 @@ fn named(obj: &Bound<'_, PyAny>, name: &str, range: &str, e: PyErr) -> PyErr {
         let got = obj.str().map(|s| s.to_string()).unwrap_or_default();
         PyOverflowError::new_err(format!("{name} must be {range} (got {got})"))
     } else if e.is_instance_of::<PyTypeError>(py) {
-        let ty = obj
-            .get_type()
-            .name()
-            .map(|s| s.to_string())
-            .unwrap_or_default();
+        let ty = crate::convert::type_name(obj);
         PyTypeError::new_err(format!("{name} must be an int, not {ty}"))
     } else {
         e

@@ -43,10 +43,7 @@ fn value_copy<'py>(obj: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
     let buf = pyo3::buffer::PyUntypedBuffer::get(&obj).map_err(|_| {
         PyTypeError::new_err(format!(
             "value must be bytes or a bytes-like object (bytearray, memoryview), not {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            crate::convert::type_name(&obj)
         ))
     })?;
     if !buf.is_c_contiguous() {
@@ -67,10 +64,7 @@ fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
     let items = ops.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
             "ops must be an iterable of (key, value_or_None) pairs, not {}",
-            ops.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            crate::convert::type_name(ops)
         ))
     })?;
     for item in items {
