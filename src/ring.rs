@@ -98,6 +98,20 @@ impl Ring {
             .unwrap_or(u32::MAX as u64 - 1))
     }
 
+    /// Queue `build(id)` for the in-flight op of kind `opcode` queued with `user_data ==
+    /// target` (poll_remove, timeout_remove): see [`Self::target_slot`].
+    fn queue_on_target(
+        &mut self,
+        target: u64,
+        opcode: u8,
+        build: fn(u64) -> io_uring::squeue::Entry,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        let id = self.target_slot(target, opcode)?;
+        self.queue(build(id), Slot::new(user_data, 0, Keep::None), o)
+    }
+
     /// Queue one entry; `slot.keep` and `slot.owned` hold everything it points to.
     fn queue(
         &mut self,
@@ -1008,9 +1022,9 @@ impl Ring {
         )
     }
 
-    /// Queue openat2(2): like `openat`, plus `resolve` — `uringkit.RESOLVE_*` flags that
-    /// restrict how the path is walked (`RESOLVE_BENEATH`: never leave `dir_fd`, -EXDEV;
-    /// `RESOLVE_NO_SYMLINKS`: -ELOOP on any symlink; `RESOLVE_IN_ROOT`: treat `dir_fd` as
+    /// Queue openat2(2): like `openat`, plus `resolve` — `uringkit.Resolve` flags that
+    /// restrict how the path is walked (`Resolve.BENEATH`: never leave `dir_fd`, -EXDEV;
+    /// `Resolve.NO_SYMLINKS`: -ELOOP on any symlink; `Resolve.IN_ROOT`: treat `dir_fd` as
     /// `/`) — what a server needs to open user-supplied paths safely. `mode` defaults to
     /// 0o644 with O_CREAT/O_TMPFILE and must be 0 otherwise. Result: the new fd.
     #[pyo3(signature = (path, flags=0o2000000, mode=None, *, resolve=0, dir_fd=-100,
@@ -1725,10 +1739,11 @@ impl Ring {
         async_: bool,
         skip_success: bool,
     ) -> PyResult<()> {
-        let id = self.target_slot(target, io_uring::opcode::PollAdd::CODE)?;
-        self.queue(
-            op::poll::poll_remove(id),
-            Slot::new(user_data, 0, Keep::None),
+        self.queue_on_target(
+            target,
+            io_uring::opcode::PollAdd::CODE,
+            op::poll::poll_remove,
+            user_data,
             opts(link, hardlink, drain, async_, skip_success),
         )
     }
@@ -1865,10 +1880,11 @@ impl Ring {
         async_: bool,
         skip_success: bool,
     ) -> PyResult<()> {
-        let id = self.target_slot(target, io_uring::opcode::Timeout::CODE)?;
-        self.queue(
-            op::timeout::timeout_remove(id),
-            Slot::new(user_data, 0, Keep::None),
+        self.queue_on_target(
+            target,
+            io_uring::opcode::Timeout::CODE,
+            op::timeout::timeout_remove,
+            user_data,
             opts(link, hardlink, drain, async_, skip_success),
         )
     }

@@ -143,11 +143,11 @@ def test_ftruncate(ring: Ring, tmp_path: Path) -> None:
 
 
 def test_openat2_resolve_restrictions(ring: Ring, tmp_path: Path) -> None:
-    """RESOLVE_BENEATH keeps a lookup under dir_fd; RESOLVE_NO_SYMLINKS refuses links —
+    """Resolve.BENEATH keeps a lookup under dir_fd; Resolve.NO_SYMLINKS refuses links —
     how a server opens user-supplied paths without traversal bugs."""
     import errno
 
-    from uringkit import RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS
+    from uringkit import Resolve
 
     need_ops("openat2")
     (tmp_path / "sub").mkdir()
@@ -156,9 +156,9 @@ def test_openat2_resolve_restrictions(ring: Ring, tmp_path: Path) -> None:
     os.symlink("f", tmp_path / "sub" / "link")
     d = os.open(tmp_path / "sub", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        ring.openat2("f", os.O_RDONLY, resolve=RESOLVE_BENEATH, dir_fd=d, user_data=1)
-        ring.openat2("../secret", os.O_RDONLY, resolve=RESOLVE_BENEATH, dir_fd=d, user_data=2)
-        ring.openat2("link", os.O_RDONLY, resolve=RESOLVE_NO_SYMLINKS, dir_fd=d, user_data=3)
+        ring.openat2("f", os.O_RDONLY, resolve=Resolve.BENEATH, dir_fd=d, user_data=1)
+        ring.openat2("../secret", os.O_RDONLY, resolve=Resolve.BENEATH, dir_fd=d, user_data=2)
+        ring.openat2("link", os.O_RDONLY, resolve=Resolve.NO_SYMLINKS, dir_fd=d, user_data=3)
         ring.openat2("new", os.O_WRONLY | os.O_CREAT, dir_fd=d, user_data=4)  # mode 0o644
         got = {c.user_data: c for c in wait_all(ring, 4)}
         fd = got[1].raise_for_error()

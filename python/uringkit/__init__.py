@@ -22,31 +22,16 @@ from ._native import (
     Ring,
     __version__,
 )
-from .ring import (
-    RESOLVE_BENEATH,
-    RESOLVE_CACHED,
-    RESOLVE_IN_ROOT,
-    RESOLVE_NO_MAGICLINKS,
-    RESOLVE_NO_SYMLINKS,
-    RESOLVE_NO_XDEV,
-    aligned_buffer,
-    probe,
-    supported,
-)
+from .ring import Resolve, aligned_buffer, probe, supported
 
 __all__ = [
-    "RESOLVE_BENEATH",
-    "RESOLVE_CACHED",
-    "RESOLVE_IN_ROOT",
-    "RESOLVE_NO_MAGICLINKS",
-    "RESOLVE_NO_SYMLINKS",
-    "RESOLVE_NO_XDEV",
     "AlignedBuffer",
     "Buffer",
     "BufferRing",
     "BufferView",
     "Completion",
     "Fixed",
+    "Resolve",
     "Ring",
     "__version__",
     "aligned_buffer",

@@ -6,32 +6,32 @@ conveniences that need no kernel access of their own.
 
 from __future__ import annotations
 
+import enum
+
 from ._native import AlignedBuffer, Completion, Fixed, Ring
 
 __all__ = [
-    "RESOLVE_BENEATH",
-    "RESOLVE_CACHED",
-    "RESOLVE_IN_ROOT",
-    "RESOLVE_NO_MAGICLINKS",
-    "RESOLVE_NO_SYMLINKS",
-    "RESOLVE_NO_XDEV",
     "AlignedBuffer",
     "Completion",
     "Fixed",
+    "Resolve",
     "Ring",
     "aligned_buffer",
     "probe",
     "supported",
 ]
 
-# openat2(2)'s `resolve` flags (<linux/openat2.h>; the os module has none), for
-# Ring.openat2(..., resolve=...)
-RESOLVE_NO_XDEV = 0x01  # no crossing of mount points
-RESOLVE_NO_MAGICLINKS = 0x02  # no /proc/*/fd-style magic links
-RESOLVE_NO_SYMLINKS = 0x04  # no symlinks at all (-ELOOP)
-RESOLVE_BENEATH = 0x08  # never leave dir_fd (-EXDEV), no absolute paths
-RESOLVE_IN_ROOT = 0x10  # resolve as if dir_fd were the root directory
-RESOLVE_CACHED = 0x20  # only from the dentry cache (-EAGAIN otherwise)
+
+class Resolve(enum.IntFlag):
+    """openat2(2)'s `resolve` flags (<linux/openat2.h>; the os module has none), for
+    `Ring.openat2(..., resolve=Resolve.BENEATH | Resolve.NO_SYMLINKS)`."""
+
+    NO_XDEV = 0x01  # no crossing of mount points
+    NO_MAGICLINKS = 0x02  # no /proc/*/fd-style magic links
+    NO_SYMLINKS = 0x04  # no symlinks at all (-ELOOP)
+    BENEATH = 0x08  # never leave dir_fd (-EXDEV), no absolute paths
+    IN_ROOT = 0x10  # resolve as if dir_fd were the root directory
+    CACHED = 0x20  # only from the dentry cache (-EAGAIN otherwise)
 
 
 def aligned_buffer(size: int) -> AlignedBuffer:
