@@ -650,7 +650,8 @@ impl Ring {
     }
 
     /// An event loop's fast path for one read, the partner of `dispatch`: queue a READ of
-    /// `nbytes` into `buf` at `offset` (user_data from the ring's own range), create a
+    /// `nbytes` into `buf` at `offset` (READ_FIXED when `buf` is one of this ring's
+    /// registered Buffers; user_data from the ring's own range), create a
     /// future by calling `new_future()` (e.g. `loop.create_future`), store it as
     /// `futures[user_data]` and return it.
     /// Whenever `early` SQEs are queued, they are submitted at once (so a wave of reads
@@ -671,21 +672,34 @@ impl Ring {
     ) -> PyResult<Bound<'py, PyAny>> {
         let fut = new_future.call0()?;
         let ud = self.fast_ud;
-        self.read(
-            fd,
-            Some(buf),
-            offset,
-            Some(nbytes),
-            None,
-            false,
-            ud,
-            false,
-            false,
-            false,
-            false,
-            false,
-            0,
-        )?;
+        if let Ok(fixed) = buf.cast::<Buffer>() {
+            // a registered buffer: READ_FIXED (no page pinning per read)
+            self.fixed_rw(
+                fd,
+                fixed,
+                offset,
+                Some(nbytes),
+                true,
+                ud,
+                SqeOpts::default(),
+            )?;
+        } else {
+            self.read(
+                fd,
+                Some(buf),
+                offset,
+                Some(nbytes),
+                None,
+                false,
+                ud,
+                false,
+                false,
+                false,
+                false,
+                false,
+                0,
+            )?;
+        }
         self.fast_ud = ud + 1;
         futures.set_item(ud, &fut)?;
         let core = self.core()?;

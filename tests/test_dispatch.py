@@ -110,3 +110,38 @@ def test_read_future_queues_creates_and_submits_early(tmp_path: Path) -> None:
 
     asyncio.run(go())
     os.close(fd)
+
+
+def test_read_future_into_a_registered_buffer_is_read_fixed(tmp_path: Path) -> None:
+    """A Buffer registered with the ring makes read_future queue READ_FIXED (no page
+    pinning per read): the data lands in the ring's memory; a Buffer registered with
+    another ring is refused with the reason, as read_fixed refuses it."""
+    data, fd = _random_file(tmp_path, 8192)
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        with Ring(16) as ring, Ring(4) as other:
+            bufs = ring.register_buffers(2, 4096)
+            futs: dict[int, asyncio.Future[object]] = {}
+            got = [
+                ring.read_future(fd, b, 4096 - i * 96, i * 4096, loop.create_future, futs)
+                for i, b in enumerate(bufs)
+            ]
+            ring.submit()
+            deadline = time.monotonic() + 5
+            while futs and time.monotonic() < deadline:
+                assert ring.dispatch(futs) == []
+            assert [f.result() for f in got] == [4096, 4000]
+            assert bytes(bufs[0]) == data[:4096]
+            assert bytes(bufs[1])[:4000] == data[4096 : 4096 + 4000]
+            foreign = other.register_buffers(1, 4096)[0]
+            try:
+                ring.read_future(fd, foreign, 4096, 0, loop.create_future, futs)
+            except ValueError as e:
+                assert "registered" in str(e)
+            else:
+                raise AssertionError("a foreign Buffer was accepted")
+            assert not futs
+
+    asyncio.run(go())
+    os.close(fd)

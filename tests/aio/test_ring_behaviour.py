@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from uringkit import aio
 from uringkit.aio._backend import RingBackend, get_backend
 
-from conftest import direct_file
+from conftest import PROBED, direct_file
 
 
 def nfds() -> int:
@@ -417,6 +419,78 @@ def test_direct_read_waves_submit_early_and_cancel_cleanly(tmp_path: Path, ring_
             assert await f.read_at(4096, 8192) == data[8192 : 8192 + 4096]
 
     ring_run(go)
+
+
+def test_direct_reads_use_registered_buffers_and_cancel_returns_them(
+    tmp_path: Path, ring_run: Any
+) -> None:
+    """O_DIRECT reads of up to FIXED_SIZE go through buffers registered with the loop's
+    ring (READ_FIXED). More reads in flight than there are such buffers fall back to
+    plain aligned buffers; a cancelled read's buffer returns to the pool only once its
+    completion arrives (never while the kernel may still write into it) — after a storm
+    of cancellations the pool is whole and every read that finished has its own data."""
+    from uringkit import Buffer
+    from uringkit.aio._backend import FIXED_COUNT, get_backend
+
+    if FIXED_COUNT == 0:
+        pytest.skip("URINGKIT_AIO_FIXED_BUFFERS=0")
+    p = tmp_path / "d"
+    data = direct_file(p, os.urandom(1 << 20))
+
+    async def go() -> None:
+        async with aio.open(p, "rb", direct=True) as f:
+            b = get_backend()
+            assert b.fixed_free is None  # nothing registered before the first direct read
+            assert await f.read_at(4096, 4096) == data[4096:8192]
+            assert len(b.fixed_free) == FIXED_COUNT
+            assert all(type(x) is Buffer for x in b.fixed_free)
+            n = FIXED_COUNT + 72  # more than the pool: the rest use plain buffers
+            offs = [(i * 37 % 256) * 4096 for i in range(n)]
+            tasks = [asyncio.ensure_future(f.read_at(4096, o)) for o in offs]
+            await asyncio.sleep(0)
+            assert b.fixed_free == []  # all lent out
+            for t in tasks[::2]:
+                t.cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            for i, (o, r) in enumerate(zip(offs, done, strict=True)):
+                if not isinstance(r, asyncio.CancelledError):
+                    assert r == data[o : o + 4096], i
+            deadline = asyncio.get_running_loop().time() + 5
+            while len(b.fixed_free) < FIXED_COUNT and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.001)  # cancelled reads' completions still arriving
+            assert len(b.fixed_free) == FIXED_COUNT
+            assert len({id(x) for x in b.fixed_free}) == FIXED_COUNT  # no buffer twice
+            # larger reads use their own aligned buffers
+            assert await f.read_at(3 * 4096, 0) == data[: 3 * 4096]
+            assert len(b.fixed_free) == FIXED_COUNT
+
+    ring_run(go)
+
+
+def test_direct_reads_without_registered_buffers(tmp_path: Path) -> None:
+    """URINGKIT_AIO_FIXED_BUFFERS=0 (or a refused registration) reads O_DIRECT through
+    plain aligned buffers, with the same results."""
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    p = tmp_path / "d"
+    direct_file(p, os.urandom(1 << 16))
+    code = f"""
+import asyncio
+from uringkit import aio
+from uringkit.aio._backend import get_backend
+async def go():
+    async with aio.open({str(p)!r}, "rb", direct=True) as f:
+        got = await asyncio.gather(*(f.read_at(4096, i * 4096) for i in range(16)))
+        assert get_backend().fixed_free == []
+        return b"".join(got)
+assert asyncio.run(go()) == open({str(p)!r}, "rb").read()
+print("ok")
+"""
+    env = dict(os.environ, URINGKIT_AIO_FIXED_BUFFERS="0", URINGKIT_ENGINE="io_uring")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "ok", out.stderr
 
 
 def test_signal_storm_loses_no_completion(ring_run: Any) -> None:

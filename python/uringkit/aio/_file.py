@@ -6,6 +6,7 @@ import asyncio
 import codecs
 import contextlib
 import errno
+import functools
 import io
 import locale
 import os
@@ -16,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from .._native import AlignedBuffer, is_local_fs, pread_nowait
 from ._backend import EARLY_SUBMIT as EARLY
-from ._backend import RingBackend
+from ._backend import FIXED_SIZE, RingBackend
 
 T = TypeVar("T", bytes, str)
 CHUNK = 64 * 1024
@@ -43,6 +44,12 @@ def _explain_direct(e: OSError, n: int, offset: int) -> OSError:
         "logical block (uringkit.aligned_buffer), and lengths and offsets that are "
         "multiples of it (usually 512 or 4096)",
     )
+
+
+def _give_back(pool: list[Any], buf: Any) -> None:
+    """Return an O_DIRECT read's buffer to its pool (kept to 256 buffers)."""
+    if len(pool) < 256:
+        pool.append(buf)
 
 
 def _closes_inline(fd: int) -> bool:
@@ -469,14 +476,20 @@ class AsyncFile(_Lines[bytes]):
             except OSError as e:
                 raise self._named(e) from None
         # O_DIRECT, inlined (this is the hot path of direct-I/O servers): a pooled aligned
-        # buffer, one read through the backend, the data copied out.
-        pool = self._pool.get(n)
-        if pool is None:
-            pool = self._pool[n] = []
-        buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
+        # buffer (registered with the loop's ring when one is free: READ_FIXED), one read
+        # through the backend, the data copied out.
         b = self._b
+        ring = type(b) is RingBackend and not b.closed
+        pool = b.fixed_free if ring else None
+        if ring and 0 < n <= FIXED_SIZE and (pool or pool is None and b.register_fixed()):
+            pool = b.fixed_free
+        else:
+            pool = self._pool.get(n)
+            if pool is None:
+                pool = self._pool[n] = []
+        buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
         try:
-            if type(b) is RingBackend and not b.closed:
+            if ring:
                 # the ring's fast path (RingBackend.start_read), inlined: one native call
                 # queues the read and creates its future, which dispatch resolves natively
                 fut = b.ring.read_future(self._fd, buf, n, offset, b.new_future, b.fast, EARLY)
@@ -486,7 +499,8 @@ class AsyncFile(_Lines[bytes]):
                 try:
                     r = await fut
                 except asyncio.CancelledError:
-                    b.cancel_read(fut)
+                    # the buffer returns to its pool once the kernel is done with it
+                    b.cancel_read(fut, functools.partial(_give_back, pool, buf))
                     raise
                 got = (
                     r
@@ -496,10 +510,10 @@ class AsyncFile(_Lines[bytes]):
             else:
                 got = await b.read_direct(self._fd, buf, n, offset)
         except OSError as e:
+            _give_back(pool, buf)  # the read is over
             raise _explain_direct(e, n, offset) from None
         data = bytes(buf) if got == len(buf) else bytes(memoryview(buf)[:got])
-        if len(pool) < 256:
-            pool.append(buf)
+        _give_back(pool, buf)
         return data
 
     async def readinto_at(self, buf: Any, offset: int) -> int:
