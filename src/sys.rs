@@ -305,7 +305,8 @@ fn read_cached_many<'py>(
         objs.push(obj);
     }
     // SAFETY: each buffer belongs to a bytes object held in `objs` until after the call.
-    let res = unsafe { uringkit_core::sys::nowait::read_many(fd, &reqs) };
+    // (large batches are shared with a helper thread: a second core copying pages)
+    let res = unsafe { uringkit_core::sys::helper::read_many_shared(fd, &reqs) };
     let out = pyo3::types::PyList::empty(py);
     let mut unsettled = 0;
     for ((obj, r), &(_, n, _)) in objs.into_iter().zip(res).zip(&reqs) {

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from uringkit._native import read_cached_many
 
@@ -28,7 +29,9 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 cold, cold_unsettled = read_cached_many(fd, ranges)
 os.pread(fd, size, 0)  # now all cached
 hot, hot_unsettled = read_cached_many(fd, ranges)
+threads = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
 print(json.dumps({
+    "helper": "uringkit-read" in threads,
     "unsettled": [cold_unsettled, hot_unsettled],
     "cold": [r if isinstance(r, int) else len(r) for r in cold],
     "hot": [r.hex() if isinstance(r, bytes) else r for r in hot],
@@ -36,23 +39,36 @@ print(json.dumps({
 """
 
 
-def run_child(p: Path, mode: str) -> dict[str, list[object]]:
+def run_child(p: Path, mode: str, helper: str | None = None) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.pop("URINGKIT_READ_HELPER", None)
+    if helper is not None:
+        env["URINGKIT_READ_HELPER"] = helper
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(p), mode], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", CHILD, str(p), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
-def test_hits_misses_and_eof_with_and_without_io_uring(tmp_path: Path) -> None:
+def _file(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A 64-page file (clean: eviction really drops it) and the child's expected hot reads."""
     p = tmp_path / "f"
     data = os.urandom(64 * 4096 + 1000)
     p.write_bytes(data)
     fd = os.open(p, os.O_RDONLY)
-    os.fsync(fd)  # clean pages: eviction below really drops them
+    os.fsync(fd)
     os.close(fd)
     ranges = [(i * 4096, 4096) for i in range(0, 64, 3)] + [(len(data) - 100, 4096)]
-    want = [data[o : o + n].hex() for o, n in ranges] + [""]
+    return p, [data[o : o + n].hex() for o, n in ranges] + [""]
+
+
+def test_hits_misses_and_eof_with_and_without_io_uring(tmp_path: Path) -> None:
+    p, want = _file(tmp_path)
     for mode in ("io_uring", "blocked"):
         r = run_child(p, mode)
         assert r["hot"] == want, mode
@@ -75,3 +91,44 @@ def test_bad_offset_and_bad_fd(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="offset must be >= 0"):
         read_cached_many(0, [(-1, 10)])
     assert read_cached_many(987654, [(0, 10)]) == ([-errno.EBADF], 1)
+
+
+def test_large_batches_share_the_work_with_a_helper_thread(tmp_path: Path) -> None:
+    """A batch of 16 or more ranges is split with one helper thread ("uringkit-read",
+    a second core copying pages); URINGKIT_READ_HELPER=0 keeps the caller alone. The
+    results are the same either way, with io_uring and with it blocked."""
+    p, want = _file(tmp_path)
+    cpus = len(os.sched_getaffinity(0))
+    for mode in ("io_uring", "blocked"):
+        shared = run_child(p, mode)
+        alone = run_child(p, mode, helper="0")
+        assert shared["hot"] == alone["hot"] == want, mode
+        assert shared["unsettled"][1] == alone["unsettled"][1] == 1, mode
+        assert shared["helper"] is (cpus >= 2), mode
+        assert alone["helper"] is False, mode
+
+
+def test_helper_is_respawned_after_fork(tmp_path: Path) -> None:
+    """Threads do not survive fork: a child process that uses read_cached_many after
+    its parent did gets a helper of its own (and never waits on the parent's)."""
+    p, want = _file(tmp_path)
+    code = f"""
+import os, sys
+from uringkit._native import read_cached_many
+fd = os.open({str(p)!r}, os.O_RDONLY)
+os.pread(fd, 1 << 20, 0)
+ranges = [(i * 4096, 4096) for i in range(64)]
+first, _ = read_cached_many(fd, ranges)
+pid = os.fork()
+if pid == 0:
+    for _ in range(50):
+        again, _ = read_cached_many(fd, ranges)
+        assert again == first
+    tasks = os.listdir("/proc/self/task")
+    comms = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in tasks]
+    os._exit(0 if ("uringkit-read" in comms) is (len(os.sched_getaffinity(0)) >= 2) else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "0", out.stderr
