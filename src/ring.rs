@@ -27,6 +27,8 @@ pub enum Keep {
     Obj(Py<PyAny>),
     /// One of the ops of a read_batch/write_batch call: (the shared buffer, batch id).
     Batch(Arc<PyUntypedBuffer>, u64),
+    /// A read pool buffer (read_bytes_future).
+    Lease(Lease),
 }
 
 type CoreRing = uringkit_core::Ring<Keep>;
@@ -77,6 +79,30 @@ pub struct Ring {
     /// user_data of `read_future` reads: a range of its own (bit 62 set), so they never
     /// collide with the caller's numbering.
     fast_ud: u64,
+    /// Registered buffers lent to `read_bytes_future` reads.
+    read_pool: Option<ReadPool>,
+}
+
+/// The read pool: registered buffers, and the indexes of those not lent out.
+struct ReadPool {
+    bufs: Arc<FixedBuffers>,
+    free: Arc<Mutex<Vec<u16>>>,
+}
+
+/// One read pool buffer lent to a read in flight: back in the free list when the read's
+/// slot is dropped (its completion handled, or the ring closed) — never before.
+pub struct Lease {
+    bufs: Arc<FixedBuffers>,
+    free: Arc<Mutex<Vec<u16>>>,
+    index: u16,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Ok(mut f) = self.free.lock() {
+            f.push(self.index);
+        }
+    }
 }
 
 impl Ring {
@@ -168,6 +194,7 @@ impl Ring {
                 }
                 Keep::Obj(o) => Some(o),
                 Keep::Batch(b, _) => b.obj(py).map(|o| o.clone().unbind()),
+                Keep::Lease(_) => None,
             };
             if d.res >= 0 {
                 result = match &slot.owned {
@@ -225,6 +252,43 @@ impl Ring {
                 "buf is not registered with this Ring (use a Buffer from ring.register_buffers())",
             )),
         }
+    }
+
+    /// Allocate and register `count` buffers of `size` bytes as the ring's one buffer
+    /// table (`what` names the caller in errors).
+    fn register_fixed(
+        &mut self,
+        count: usize,
+        size: usize,
+        what: &str,
+    ) -> PyResult<Arc<FixedBuffers>> {
+        if self.fixed.is_some() {
+            return Err(PyValueError::new_err(
+                "buffers are already registered on this ring; call unregister_buffers() first",
+            ));
+        }
+        let pool =
+            FixedBuffers::new(count, size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let core = self.core()?;
+        if let Err(e) = pool.register(core.raw()) {
+            let bytes = pool.pinned_bytes() as u64;
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOMEM) => os_error(
+                    libc::ENOMEM,
+                    format!(
+                        "{what}: pinning {} ({count} x {size} bytes) exceeds \
+                         RLIMIT_MEMLOCK ({}); the kernel charges registered buffers to the \
+                         locked-memory limit. Raise it (`ulimit -l`, LimitMEMLOCK= in systemd, \
+                         `--ulimit memlock=-1` in Docker) or register less",
+                        human_bytes(bytes),
+                        memlock_text()
+                    ),
+                ),
+                _ => io_error(e, what),
+            });
+        }
+        self.fixed = Some(pool.clone());
+        Ok(pool)
     }
 
     /// Cancel everything, wait (GIL released) for the kernel to let go of all memory, then
@@ -395,6 +459,7 @@ impl Ring {
             leftover: Vec::new(),
             batches: 0,
             fast_ud: 1 << 62,
+            read_pool: None,
         })
     }
 
@@ -634,7 +699,23 @@ impl Ring {
                     futures.del_item(d.user_data)?;
                     if !fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
                         let set = pyo3::intern!(py, "set_result");
-                        if d.res >= 0 {
+                        if let (
+                            true,
+                            Some(Slot {
+                                keep: Keep::Lease(l),
+                                ..
+                            }),
+                        ) = (d.res >= 0, &d.slot)
+                        {
+                            let n = (d.res as usize).min(l.bufs.size);
+                            // SAFETY: the read completed: the kernel wrote (up to) n bytes
+                            // of the leased buffer, which nothing else uses until the lease
+                            // is dropped with the slot, after this copy.
+                            let data = unsafe {
+                                std::slice::from_raw_parts(l.bufs.ptr(l.index as usize), n)
+                            };
+                            fut.call_method1(set, (pyo3::types::PyBytes::new(py, data),))?;
+                        } else if d.res >= 0 {
                             fut.call_method1(set, (d.res,))?;
                         } else {
                             let c = self.completion(py, d)?;
@@ -708,6 +789,63 @@ impl Ring {
                 .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
         }
         Ok(fut)
+    }
+
+    /// `read_future`'s partner for a read pool (`register_read_pool`): READ_FIXED of
+    /// `nbytes` at `offset` into a pool buffer the ring lends, and dispatch resolves the
+    /// future with the bytes read (a new bytes object; fewer than `nbytes` at end of file)
+    /// or the Completion of a failed read. The buffer goes back to the pool when the
+    /// completion has been handled — also after a cancel. None (nothing queued) when there
+    /// is no pool, `nbytes` exceeds its buffer size, or every buffer is lent out.
+    #[pyo3(signature = (fd, nbytes, offset, new_future, futures, early=8))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_bytes_future<'py>(
+        &mut self,
+        fd: &Bound<'py, PyAny>,
+        #[pyo3(from_py_with = int::usize_nbytes)] nbytes: usize,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        new_future: &Bound<'py, PyAny>,
+        futures: &Bound<'py, PyDict>,
+        #[pyo3(from_py_with = int::usize_early)] early: usize,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(pool) = &self.read_pool else {
+            return Ok(None);
+        };
+        if nbytes > pool.bufs.size {
+            return Ok(None);
+        }
+        let Some(index) = pool.free.lock().ok().and_then(|mut f| f.pop()) else {
+            return Ok(None);
+        };
+        let lease = Lease {
+            bufs: pool.bufs.clone(),
+            free: pool.free.clone(),
+            index,
+        };
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        let fut = new_future.call0()?;
+        let ud = self.fast_ud;
+        let ptr = lease.bufs.ptr(index as usize);
+        let mut slot = Slot::new(ud, 0, Keep::Lease(lease));
+        slot.io = IoInfo {
+            fd: raw_of(fd),
+            addr: ptr as u64,
+            len: nbytes as u64,
+            offset: off,
+            buf_group: None,
+        };
+        // (nbytes <= the buffer size, which the kernel limits to 1 GiB: fits a u32)
+        let e = op::rw::read_fixed(fd, ptr, nbytes as u32, index, off);
+        self.queue(e, slot, SqeOpts::default())?;
+        self.fast_ud = ud + 1;
+        futures.set_item(ud, &fut)?;
+        let core = self.core()?;
+        if core.sq_pending() >= early.max(1) {
+            core.submit()
+                .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
+        }
+        Ok(Some(fut))
     }
 
     // ----- ops -------------------------------------------------------------------------
@@ -2162,32 +2300,7 @@ impl Ring {
         #[pyo3(from_py_with = int::usize_count)] count: usize,
         #[pyo3(from_py_with = int::usize_size)] size: usize,
     ) -> PyResult<Vec<Py<Buffer>>> {
-        if self.fixed.is_some() {
-            return Err(PyValueError::new_err(
-                "buffers are already registered on this ring; call unregister_buffers() first",
-            ));
-        }
-        let pool =
-            FixedBuffers::new(count, size).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let core = self.core()?;
-        if let Err(e) = pool.register(core.raw()) {
-            let bytes = pool.pinned_bytes() as u64;
-            return Err(match e.raw_os_error() {
-                Some(libc::ENOMEM) => os_error(
-                    libc::ENOMEM,
-                    format!(
-                        "register_buffers: pinning {} ({count} x {size} bytes) exceeds \
-                         RLIMIT_MEMLOCK ({}); the kernel charges registered buffers to the \
-                         locked-memory limit. Raise it (`ulimit -l`, LimitMEMLOCK= in systemd, \
-                         `--ulimit memlock=-1` in Docker) or register less",
-                        human_bytes(bytes),
-                        memlock_text()
-                    ),
-                ),
-                _ => io_error(e, "register_buffers"),
-            });
-        }
-        self.fixed = Some(pool.clone());
+        let pool = self.register_fixed(count, size, "register_buffers")?;
         (0..count)
             .map(|i| {
                 Py::new(
@@ -2215,7 +2328,38 @@ impl Ring {
             .unregister_buffers()
             .map_err(|e| io_error(e, "unregister_buffers"))?;
         self.fixed = None;
+        self.read_pool = None;
         Ok(())
+    }
+
+    /// Register `count` buffers of `size` bytes as a pool the ring lends to
+    /// `read_bytes_future` reads (READ_FIXED: no page pinning per read; page-aligned, so
+    /// O_DIRECT-safe). Takes the ring's buffer table: not with `register_buffers`.
+    fn register_read_pool(
+        &mut self,
+        #[pyo3(from_py_with = int::usize_count)] count: usize,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
+    ) -> PyResult<()> {
+        if count > u16::MAX as usize + 1 {
+            return Err(PyValueError::new_err(format!(
+                "count must be at most 65536 (got {count})"
+            )));
+        }
+        let bufs = self.register_fixed(count, size, "register_read_pool")?;
+        let free = (0..count).rev().map(|i| i as u16).collect();
+        self.read_pool = Some(ReadPool {
+            bufs,
+            free: Arc::new(Mutex::new(free)),
+        });
+        Ok(())
+    }
+
+    /// Buffers of the read pool not lent to a read in flight (None: no pool).
+    #[getter]
+    fn read_pool_free(&self) -> Option<usize> {
+        self.read_pool
+            .as_ref()
+            .map(|p| p.free.lock().map_or(0, |f| f.len()))
     }
 
     /// Create and register a provided-buffer ring of `count` buffers of `size` bytes as

@@ -9,6 +9,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from uringkit import Completion, Ring
 
 
@@ -142,6 +144,54 @@ def test_read_future_into_a_registered_buffer_is_read_fixed(tmp_path: Path) -> N
             else:
                 raise AssertionError("a foreign Buffer was accepted")
             assert not futs
+
+    asyncio.run(go())
+    os.close(fd)
+
+
+def test_read_bytes_future_lends_pool_buffers(tmp_path: Path) -> None:
+    """Ring.read_bytes_future: READ_FIXED into a buffer of the ring's read pool; dispatch
+    resolves the future with the bytes read (short at end of file) or the Completion of
+    a failed read, and the buffer is back in the pool once the completion is handled.
+    None — nothing queued — without a pool, for reads larger than its buffers, or when
+    every buffer is lent out."""
+    data, fd = _random_file(tmp_path, 10_000)
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        with Ring(16) as ring:
+            futs: dict[int, asyncio.Future[object]] = {}
+            assert ring.read_bytes_future(fd, 100, 0, loop.create_future, futs) is None
+            assert ring.read_pool_free is None
+            ring.register_read_pool(3, 4096)
+            with pytest.raises(ValueError, match="already registered"):
+                ring.register_buffers(1, 4096)
+            assert ring.read_bytes_future(fd, 4097, 0, loop.create_future, futs) is None
+            a = ring.read_bytes_future(fd, 4096, 0, loop.create_future, futs)
+            b = ring.read_bytes_future(fd, 4096, 8192, loop.create_future, futs)  # short
+            bad = ring.read_bytes_future(987654, 10, 0, loop.create_future, futs)  # EBADF
+            assert a is not None and b is not None and bad is not None
+            assert ring.read_pool_free == 0
+            assert ring.read_bytes_future(fd, 10, 0, loop.create_future, futs) is None
+            ring.submit()
+            deadline = time.monotonic() + 5
+            while futs and time.monotonic() < deadline:
+                assert ring.dispatch(futs) == []
+            assert a.result() == data[:4096]
+            assert b.result() == data[8192:]
+            failed = bad.result()
+            assert isinstance(failed, Completion) and failed.res == -errno.EBADF
+            assert ring.read_pool_free == 3
+            # a cancelled read keeps its buffer until its completion arrives
+            c = ring.read_bytes_future(fd, 4096, 4096, loop.create_future, futs)
+            assert c is not None and ring.read_pool_free == 2
+            ud = next(k for k, v in futs.items() if v is c)
+            del futs[ud]
+            c.cancel()
+            ring.submit()
+            leftovers = ring.wait(1, timeout=5)
+            assert [x.user_data for x in leftovers] == [ud]
+            assert ring.read_pool_free == 3
 
     asyncio.run(go())
     os.close(fd)

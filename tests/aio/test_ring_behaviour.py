@@ -421,15 +421,14 @@ def test_direct_read_waves_submit_early_and_cancel_cleanly(tmp_path: Path, ring_
     ring_run(go)
 
 
-def test_direct_reads_use_registered_buffers_and_cancel_returns_them(
+def test_direct_reads_use_the_read_pool_and_cancel_returns_its_buffers(
     tmp_path: Path, ring_run: Any
 ) -> None:
-    """O_DIRECT reads of up to FIXED_SIZE go through buffers registered with the loop's
-    ring (READ_FIXED). More reads in flight than there are such buffers fall back to
+    """O_DIRECT reads of up to FIXED_SIZE go through the loop ring's read pool (registered
+    buffers, READ_FIXED). More reads in flight than the pool has buffers fall back to
     plain aligned buffers; a cancelled read's buffer returns to the pool only once its
     completion arrives (never while the kernel may still write into it) — after a storm
     of cancellations the pool is whole and every read that finished has its own data."""
-    from uringkit import Buffer
     from uringkit.aio._backend import FIXED_COUNT, get_backend
 
     if FIXED_COUNT == 0:
@@ -439,30 +438,31 @@ def test_direct_reads_use_registered_buffers_and_cancel_returns_them(
 
     async def go() -> None:
         async with aio.open(p, "rb", direct=True) as f:
-            b = get_backend()
-            assert b.fixed_free is None  # nothing registered before the first direct read
+            ring = get_backend().ring
+            assert ring.read_pool_free is None  # nothing registered before a direct read
             assert await f.read_at(4096, 4096) == data[4096:8192]
-            assert len(b.fixed_free) == FIXED_COUNT
-            assert all(type(x) is Buffer for x in b.fixed_free)
+            assert ring.read_pool_free == FIXED_COUNT
             n = FIXED_COUNT + 72  # more than the pool: the rest use plain buffers
             offs = [(i * 37 % 256) * 4096 for i in range(n)]
             tasks = [asyncio.ensure_future(f.read_at(4096, o)) for o in offs]
             await asyncio.sleep(0)
-            assert b.fixed_free == []  # all lent out
+            assert ring.read_pool_free == 0  # all lent out
             for t in tasks[::2]:
                 t.cancel()
             done = await asyncio.gather(*tasks, return_exceptions=True)
             for i, (o, r) in enumerate(zip(offs, done, strict=True)):
                 if not isinstance(r, asyncio.CancelledError):
                     assert r == data[o : o + 4096], i
-            deadline = asyncio.get_running_loop().time() + 5
-            while len(b.fixed_free) < FIXED_COUNT and asyncio.get_running_loop().time() < deadline:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 5
+            while ring.read_pool_free != FIXED_COUNT and loop.time() < deadline:
                 await asyncio.sleep(0.001)  # cancelled reads' completions still arriving
-            assert len(b.fixed_free) == FIXED_COUNT
-            assert len({id(x) for x in b.fixed_free}) == FIXED_COUNT  # no buffer twice
-            # larger reads use their own aligned buffers
+            assert ring.read_pool_free == FIXED_COUNT
+            # short reads at the end of the file; larger reads use aligned buffers
+            assert await f.read_at(4096, len(data) - 512) == data[-512:]
+            assert await f.read_at(4096, len(data)) == b""
             assert await f.read_at(3 * 4096, 0) == data[: 3 * 4096]
-            assert len(b.fixed_free) == FIXED_COUNT
+            assert ring.read_pool_free == FIXED_COUNT
 
     ring_run(go)
 
@@ -481,7 +481,7 @@ from uringkit.aio._backend import get_backend
 async def go():
     async with aio.open({str(p)!r}, "rb", direct=True) as f:
         got = await asyncio.gather(*(f.read_at(4096, i * 4096) for i in range(16)))
-        assert get_backend().fixed_free == []
+        assert get_backend().ring.read_pool_free is None
         return b"".join(got)
 assert asyncio.run(go()) == open({str(p)!r}, "rb").read()
 print("ok")

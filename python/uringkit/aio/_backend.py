@@ -40,11 +40,12 @@ RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
 #: direct reads queued in one loop iteration before they are submitted without waiting
 #: for the iteration's end (measured best of 4/8/16/32 for 64 in flight here)
 EARLY_SUBMIT = int(os.environ.get("URINGKIT_EARLY_SUBMIT", "8"))
-#: O_DIRECT reads of up to FIXED_SIZE bytes go through buffers registered with the loop's
-#: ring (READ_FIXED: no page pinning per read; 7-8 % less CPU per 4 KiB read with 64 in
-#: flight). FIXED_COUNT of them: 512 KiB of locked memory, registered at the first direct
-#: read; 0 turns this off (reads then use unregistered aligned buffers, as when the
-#: registration is refused by RLIMIT_MEMLOCK).
+#: O_DIRECT reads of up to FIXED_SIZE bytes go through the loop ring's read pool: buffers
+#: registered with it (READ_FIXED: no page pinning per read), lent per read, the bytes
+#: copied out natively when the read completes. FIXED_COUNT of them: 512 KiB of locked
+#: memory, registered at the first direct read; 0 turns this off (reads then use
+#: unregistered aligned buffers, as when the registration is refused by RLIMIT_MEMLOCK
+#: or more reads are in flight than the pool has buffers).
 FIXED_SIZE = 4096
 FIXED_COUNT = int(os.environ.get("URINGKIT_AIO_FIXED_BUFFERS", "128"))
 AT_FDCWD = -100
@@ -317,8 +318,8 @@ class RingBackend:
             if getattr(type(loop), "create_future", None) is asyncio.BaseEventLoop.create_future
             else loop.create_future
         )
-        # registered buffers free for direct reads (see FIXED_SIZE); None: not yet tried
-        self.fixed_free: list[Any] | None = None
+        # whether the read pool for direct reads (see FIXED_SIZE) was set up / tried
+        self.pool_tried = False
         self.unsubmitted = 0
         self.next_ud = 1
         self.flush_pending = False
@@ -528,15 +529,13 @@ class RingBackend:
         if release is not None and not self.closed:
             release()  # the completion came before the cancellation: the memory is free
 
-    def register_fixed(self) -> list[Any]:
-        """The pool of registered buffers for direct reads, registered on first use;
-        empty when registration is refused (RLIMIT_MEMLOCK) or turned off."""
-        if self.fixed_free is None:
-            self.fixed_free = []
-            if FIXED_COUNT > 0 and not self.closed:
-                with contextlib.suppress(OSError, ValueError):
-                    self.fixed_free = list(self.ring.register_buffers(FIXED_COUNT, FIXED_SIZE))
-        return self.fixed_free
+    def register_pool(self) -> None:
+        """Register the ring's read pool for direct reads, on first use (refused by
+        RLIMIT_MEMLOCK or turned off: reads use unregistered aligned buffers)."""
+        self.pool_tried = True
+        if FIXED_COUNT > 0 and not self.closed:
+            with contextlib.suppress(OSError, ValueError):
+                self.ring.register_read_pool(FIXED_COUNT, FIXED_SIZE)
 
     async def read_direct(self, fd: int, buf: Any, n: int, offset: int) -> int:
         """One read into an aligned buffer (O_DIRECT), no page-cache fast path."""

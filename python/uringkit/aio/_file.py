@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from .._native import AlignedBuffer, is_local_fs, pread_nowait
 from ._backend import EARLY_SUBMIT as EARLY
-from ._backend import FIXED_SIZE, RingBackend
+from ._backend import RingBackend
 
 T = TypeVar("T", bytes, str)
 CHUNK = 64 * 1024
@@ -475,18 +475,34 @@ class AsyncFile(_Lines[bytes]):
                 return await self._b.pread(self._fd, n, offset, False)  # type: ignore[no-any-return]
             except OSError as e:
                 raise self._named(e) from None
-        # O_DIRECT, inlined (this is the hot path of direct-I/O servers): a pooled aligned
-        # buffer (registered with the loop's ring when one is free: READ_FIXED), one read
-        # through the backend, the data copied out.
+        # O_DIRECT, inlined (this is the hot path of direct-I/O servers). On the ring: a
+        # buffer of its read pool, the bytes copied out natively by dispatch.
         b = self._b
         ring = type(b) is RingBackend and not b.closed
-        pool = b.fixed_free if ring else None
-        if ring and 0 < n <= FIXED_SIZE and (pool or pool is None and b.register_fixed()):
-            pool = b.fixed_free
-        else:
-            pool = self._pool.get(n)
-            if pool is None:
-                pool = self._pool[n] = []
+        if ring:
+            if not b.pool_tried:
+                b.register_pool()
+            fut = b.ring.read_bytes_future(self._fd, n, offset, b.new_future, b.fast, EARLY)
+            if fut is not None:
+                if not b.flush_pending:
+                    b.flush_pending = True
+                    b.loop.call_soon(b._flush)
+                try:
+                    r = await fut
+                except asyncio.CancelledError:
+                    b.cancel_read(fut)  # (the pool buffer comes back with the completion)
+                    raise
+                if type(r) is bytes:
+                    if len(r) == n or not r:
+                        return r
+                    return r + await self.read_at(n - len(r), offset + len(r))  # short
+                failed = OSError(-r.res, r.message or os.strerror(-r.res))
+                raise _explain_direct(failed, n, offset) from None
+        # no pool buffer (none free, larger reads, another engine): an aligned buffer
+        # of this file's own pool, one read through the backend, the data copied out
+        pool = self._pool.get(n)
+        if pool is None:
+            pool = self._pool[n] = []
         buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
         try:
             if ring:
