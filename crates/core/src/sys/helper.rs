@@ -14,13 +14,17 @@
 //! CPUs. It is respawned in a forked child (threads do not survive fork).
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Reads per chunk claimed at a time.
-pub const CHUNK: usize = 8;
 /// Batches smaller than this are read by the caller alone.
 pub const MIN_BATCH: usize = 16;
+
+/// Reads per chunk claimed at a time: a quarter of the batch, 4 to 16 (64 random 4 KiB
+/// page-cache reads: 0.96 µs per read in chunks of 4, 0.85 in 8, 0.79 in 16, here).
+fn chunk_for(n: usize) -> usize {
+    (n / 4).clamp(4, 16)
+}
 
 const IDLE: usize = 0;
 const POSTED: usize = 1;
@@ -33,12 +37,13 @@ struct Batch {
     reqs: *const (*mut u8, usize, u64),
     n: usize,
     out: *mut i64,
+    chunk: usize,
     next: AtomicUsize,
 }
 
 impl Batch {
     fn chunks(&self) -> usize {
-        self.n.div_ceil(CHUNK)
+        self.n.div_ceil(self.chunk)
     }
 
     /// Claim and read chunks until none is left.
@@ -52,8 +57,8 @@ impl Batch {
             if c >= self.chunks() {
                 return;
             }
-            let start = c * CHUNK;
-            let len = CHUNK.min(self.n - start);
+            let start = c * self.chunk;
+            let len = self.chunk.min(self.n - start);
             // SAFETY: start + len <= n; chunks are claimed once, so no other thread reads
             // these requests' buffers or writes these results.
             let reqs = unsafe { std::slice::from_raw_parts(self.reqs.add(start), len) };
@@ -75,20 +80,25 @@ struct Helper {
 
 static HELPER: Mutex<Option<&'static Helper>> = Mutex::new(None);
 
-/// How long the helper spins for the next batch; None: no helper.
+/// How long the helper spins for the next batch; None: no helper. Decided once per
+/// process (reading the CPU count may read cgroup files: not on every batch).
 fn spin() -> Option<Duration> {
-    let us = match std::env::var("URINGKIT_READ_HELPER") {
-        Ok(v) => v.trim().parse::<u64>().ok()?,
-        Err(_) => 200,
-    };
-    if us == 0 {
-        return None;
-    }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cpus >= 2).then(|| Duration::from_micros(us))
+    static SPIN: OnceLock<Option<Duration>> = OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = match std::env::var("URINGKIT_READ_HELPER") {
+            Ok(v) => v.trim().parse::<u64>().ok()?,
+            Err(_) => 200,
+        };
+        if us == 0 {
+            return None;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cpus >= 2).then(|| Duration::from_micros(us))
+    })
 }
 
 fn helper() -> Option<&'static Helper> {
+    let spin = spin()?;
     let mut g = HELPER.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
     if let Some(h) = *g {
@@ -97,7 +107,6 @@ fn helper() -> Option<&'static Helper> {
         }
         // a forked child: that thread is gone; the old Helper is leaked (a few bytes)
     }
-    let spin = spin()?;
     let (tx, rx) = std::sync::mpsc::channel::<&'static Helper>();
     let t = std::thread::Builder::new()
         .name("uringkit-read".into())
@@ -175,6 +184,7 @@ pub unsafe fn read_many_shared(fd: i32, reqs: &[(*mut u8, usize, u64)]) -> Vec<i
         reqs: reqs.as_ptr(),
         n: reqs.len(),
         out: out.as_mut_ptr(),
+        chunk: chunk_for(reqs.len()),
         next: AtomicUsize::new(0),
     };
     h.batch
