@@ -249,11 +249,14 @@ def _suite(ours: dict[str, Any], con: Console, as_json: bool, progress: bool) ->
     with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=2)
     os.replace(tmp, json_path)  # never a partial JSON that looks like a result
-    if as_json:
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        s.print_tables()
+    # fio's --output=FILE: the result goes to FILE instead of stdout, in its format
+    out_path = ours.get("output")
+    with open(out_path, "w") if out_path else contextlib.nullcontext(sys.stdout) as fh:
+        if as_json:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        else:
+            s.print_tables(Console(file=fh, width=160) if out_path else None)
     png = ours.get("plot", "uringkit-bench.png")
     if s.plot(png):
         con.print(f"wrote {json_path} and {png}")

@@ -285,7 +285,7 @@ class Suite:
             )
         return rows
 
-    def print_targets(self) -> None:
+    def print_targets(self, con: Console | None = None) -> None:
         rows = self.targets()
         if not rows:
             return
@@ -305,9 +305,9 @@ class Suite:
                 f"{cr:.2f}×" if cr is not None else "-",
                 "[green]yes[/]" if r["met"] else "[red]no[/]",
             )
-        self.con.print(t)
+        (con or self.con).print(t)
         met = sum(r["met"] for r in rows)
-        self.con.print(f"targets met in {met} of {len(rows)} cells")
+        (con or self.con).print(f"targets met in {met} of {len(rows)} cells")
 
     def to_json(self) -> dict[str, Any]:
         jobs = [j for e in self.entries for j in e.ours]
@@ -353,8 +353,9 @@ class Suite:
         rs = e.ratios()
         return f"{ours} / {report.fmt_k(e.median_iops('fio'))} ({min(rs):.2f}–{max(rs):.2f}×)"
 
-    def print_tables(self) -> None:
-        con = self.con
+    def print_tables(self, con: Console | None = None) -> None:
+        """The suite's tables, on `con` (default: the suite's console)."""
+        con = con or self.con
         find = {(e.table, e.engine, e.depth): e for e in self.entries}
         p = self.plan
         vs = " (uringkit / fio, per-pair ratio)" if self.vs_fio else ""
@@ -451,7 +452,7 @@ class Suite:
         }
         for w in sorted(warns):
             con.print(f"[yellow]note:[/] {w}")
-        self.print_targets()
+        self.print_targets(con)
         con.print(f"finished in {self.elapsed:.0f} s")
 
     def plot(self, path: str) -> bool:
