@@ -401,6 +401,8 @@ impl<K> Ring<K> {
     /// Runs deferred task work and flushes an overflowed CQ when needed.
     pub fn reap(&mut self, out: &mut Vec<Done<K>>, max: usize) -> io::Result<usize> {
         let start = out.len();
+        // (room for what is ready now: a Done is ~200 bytes, regrowing the Vec copies them)
+        out.reserve(max.min(self.ring.completion().len() + self.backlog.len()));
         if self.deferred_work()
             || (self.ring.completion().is_empty()
                 && self.backlog.is_empty()
