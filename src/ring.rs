@@ -781,13 +781,7 @@ impl Ring {
                 0,
             )?;
         }
-        self.fast_ud = ud + 1;
-        futures.set_item(ud, &fut)?;
-        let core = self.core()?;
-        if core.sq_pending() >= early.max(1) {
-            core.submit()
-                .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
-        }
+        self.file_future(ud, &fut, futures, early)?;
         Ok(fut)
     }
 
@@ -827,24 +821,17 @@ impl Ring {
         let fut = new_future.call0()?;
         let ud = self.fast_ud;
         let ptr = lease.bufs.ptr(index as usize);
-        let mut slot = Slot::new(ud, 0, Keep::Lease(lease));
-        slot.io = IoInfo {
-            fd: raw_of(fd),
-            addr: ptr as u64,
-            len: nbytes as u64,
-            offset: off,
-            buf_group: None,
-        };
-        // (nbytes <= the buffer size, which the kernel limits to 1 GiB: fits a u32)
-        let e = op::rw::read_fixed(fd, ptr, nbytes as u32, index, off);
-        self.queue(e, slot, SqeOpts::default())?;
-        self.fast_ud = ud + 1;
-        futures.set_item(ud, &fut)?;
-        let core = self.core()?;
-        if core.sq_pending() >= early.max(1) {
-            core.submit()
-                .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
-        }
+        let keep = Keep::Lease(lease);
+        self.queue_fixed(
+            fd,
+            (ptr, nbytes, index),
+            off,
+            true,
+            keep,
+            ud,
+            SqeOpts::default(),
+        )?;
+        self.file_future(ud, &fut, futures, early)?;
         Ok(Some(fut))
     }
 
@@ -2580,9 +2567,27 @@ impl Ring {
         let off = offset_arg(offset)?;
         self.fixed_buffer(buf)?;
         let b = buf.get();
-        let len = io_len(b.pool.size, nbytes, "buf")?;
-        let ptr = b.ptr();
-        let mut slot = Slot::new(user_data, 0, Keep::Obj(buf.clone().into_any().unbind()));
+        let len = io_len(b.pool.size, nbytes, "buf")? as usize;
+        let keep = Keep::Obj(buf.clone().into_any().unbind());
+        self.queue_fixed(fd, (b.ptr(), len, b.index), off, read, keep, user_data, o)
+    }
+
+    /// Queue READ_FIXED/WRITE_FIXED of `len` bytes at `ptr` in registered buffer `index`
+    /// (`buf` = (ptr, len, index); len <= the buffer's size, which the kernel limits to
+    /// 1 GiB), the memory held by `keep`.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_fixed(
+        &mut self,
+        fd: FdArg,
+        buf: (*mut u8, usize, u16),
+        off: u64,
+        read: bool,
+        keep: Keep,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        let (ptr, len, index) = buf;
+        let mut slot = Slot::new(user_data, 0, keep);
         slot.io = IoInfo {
             fd: raw_of(fd),
             addr: ptr as u64,
@@ -2591,11 +2596,29 @@ impl Ring {
             buf_group: None,
         };
         let e = if read {
-            op::rw::read_fixed(fd, ptr, len, b.index, off)
+            op::rw::read_fixed(fd, ptr, len as u32, index, off)
         } else {
-            op::rw::write_fixed(fd, ptr, len, b.index, off)
+            op::rw::write_fixed(fd, ptr, len as u32, index, off)
         };
         self.queue(e, slot, o)
+    }
+
+    /// File a fast-path read's future under `ud` and submit once `early` SQEs are queued.
+    fn file_future(
+        &mut self,
+        ud: u64,
+        fut: &Bound<'_, PyAny>,
+        futures: &Bound<'_, PyDict>,
+        early: usize,
+    ) -> PyResult<()> {
+        self.fast_ud = ud + 1;
+        futures.set_item(ud, fut)?;
+        let core = self.core()?;
+        if core.sq_pending() >= early.max(1) {
+            core.submit()
+                .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
+        }
+        Ok(())
     }
 }
 

@@ -511,23 +511,16 @@ class RingBackend:
         self.fast[ud] = fut
         return fut
 
-    def cancel_read(
-        self, fut: asyncio.Future[Any], release: Callable[[], None] | None = None
-    ) -> None:
+    def cancel_read(self, fut: asyncio.Future[Any]) -> None:
         """Cancel the SQE of a `start_read` whose task was cancelled (its memory stays
-        with the ring until the kernel lets go; `release()` runs then, e.g. to put the
-        buffer back in a pool — at once if the read had already completed)."""
+        with the ring until the kernel lets go)."""
         for ud, f in self.fast.items():
             if f is fut:
                 del self.fast[ud]
                 if not self.closed:
                     self.ring.cancel(ud)
-                    if release is not None:
-                        self.waiting[ud] = (fut, lambda _c: release())
                     self._schedule()
                 return
-        if release is not None and not self.closed:
-            release()  # the completion came before the cancellation: the memory is free
 
     def register_pool(self) -> None:
         """Register the ring's read pool for direct reads, on first use (refused by

@@ -6,7 +6,6 @@ import asyncio
 import codecs
 import contextlib
 import errno
-import functools
 import io
 import locale
 import os
@@ -505,26 +504,7 @@ class AsyncFile(_Lines[bytes]):
             pool = self._pool[n] = []
         buf = pool.pop() if pool else AlignedBuffer(max(n, 1))
         try:
-            if ring:
-                # the ring's fast path (RingBackend.start_read), inlined: one native call
-                # queues the read and creates its future, which dispatch resolves natively
-                fut = b.ring.read_future(self._fd, buf, n, offset, b.new_future, b.fast, EARLY)
-                if not b.flush_pending:
-                    b.flush_pending = True
-                    b.loop.call_soon(b._flush)
-                try:
-                    r = await fut
-                except asyncio.CancelledError:
-                    # the buffer returns to its pool once the kernel is done with it
-                    b.cancel_read(fut, functools.partial(_give_back, pool, buf))
-                    raise
-                got = (
-                    r
-                    if type(r) is int and (r == n or r == 0)
-                    else (await b.finish_read(self._fd, buf, n, offset, r))
-                )
-            else:
-                got = await b.read_direct(self._fd, buf, n, offset)
+            got = await b.read_direct(self._fd, buf, n, offset)
         except OSError as e:
             _give_back(pool, buf)  # the read is over
             raise _explain_direct(e, n, offset) from None

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -196,17 +197,27 @@ def _jobs(
             ],
         }
     doc = runner.envelope(out_jobs, extra)
-    # fio's --output=FILE: the result goes to FILE instead of stdout, in its format
+    _write_result(ours, as_json, doc, lambda c: report.job_table(c or con, results))
+    if ours.get("plot"):
+        _plot_jobs(ours["plot"], [r["ours"][-1] for r in results], con)
+    return 0
+
+
+def _write_result(
+    ours: dict[str, Any],
+    as_json: bool,
+    doc: dict[str, Any],
+    tables: Callable[[Console | None], None],
+) -> None:
+    """The result in the chosen format — JSON, or `tables(console)` — on stdout, or in
+    --output's file instead (fio's --output=FILE); tables(None): the usual console."""
     out_path = ours.get("output")
     with open(out_path, "w") if out_path else contextlib.nullcontext(sys.stdout) as fh:
         if as_json:
             json.dump(doc, fh, indent=2)
             fh.write("\n")
         else:
-            report.job_table(Console(file=fh, width=160) if out_path else con, results)
-    if ours.get("plot"):
-        _plot_jobs(ours["plot"], [r["ours"][-1] for r in results], con)
-    return 0
+            tables(Console(file=fh, width=160) if out_path else None)
 
 
 def _plot_jobs(path: str, jobs: list[dict[str, Any]], con: Console) -> None:
@@ -249,14 +260,7 @@ def _suite(ours: dict[str, Any], con: Console, as_json: bool, progress: bool) ->
     with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=2)
     os.replace(tmp, json_path)  # never a partial JSON that looks like a result
-    # fio's --output=FILE: the result goes to FILE instead of stdout, in its format
-    out_path = ours.get("output")
-    with open(out_path, "w") if out_path else contextlib.nullcontext(sys.stdout) as fh:
-        if as_json:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
-        else:
-            s.print_tables(Console(file=fh, width=160) if out_path else None)
+    _write_result(ours, as_json, doc, s.print_tables)
     png = ours.get("plot", "uringkit-bench.png")
     if s.plot(png):
         con.print(f"wrote {json_path} and {png}")
