@@ -17,10 +17,11 @@ import io
 import os as _os
 import shutil
 import tempfile as _tempfile
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import Any
 
 from ._backend import get_backend
+from ._file import _Lines
 
 __all__ = ["NamedTemporaryFile", "SpooledTemporaryFile", "TemporaryDirectory", "TemporaryFile"]
 
@@ -150,7 +151,7 @@ def TemporaryDirectory(  # noqa: N802
     return _Context(make, lambda d: d.name)
 
 
-class AsyncSpooledTemporaryFile:
+class AsyncSpooledTemporaryFile(_Lines[Any]):
     """A temporary file held in memory until it grows past `max_size` (then, or on
     `rollover()` / `fileno()`, it becomes a `TemporaryFile` on disk) — the stdlib's
     `tempfile.SpooledTemporaryFile` with aiofiles' async methods. In memory, the methods
@@ -229,10 +230,10 @@ class AsyncSpooledTemporaryFile:
     async def read(self, size: int = -1) -> Any:
         return await self._disk.read(size) if self._disk is not None else self._mem.read(size)
 
-    async def readline(self, size: int = -1) -> Any:
+    async def readline(self, size: int | None = -1) -> Any:
         if self._disk is not None:
             return await self._disk.readline(size)
-        return self._mem.readline(size)
+        return self._mem.readline(-1 if size is None else size)
 
     async def readlines(self, hint: int = -1) -> list[Any]:
         if self._disk is not None:
@@ -292,15 +293,6 @@ class AsyncSpooledTemporaryFile:
     @property
     def newlines(self) -> Any:
         return self._file.newlines
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
-
-    async def __anext__(self) -> Any:
-        line = await self.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line
 
     def __repr__(self) -> str:
         where = "on disk" if self._disk is not None else "in memory"
