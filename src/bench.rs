@@ -86,6 +86,9 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
         verify: get(d, "verify", false)?,
         numjobs: get(d, "numjobs", 1u32)?,
         seed: get(d, "seed", 0x5eed_u64)?,
+        offset: get(d, "offset", 0u64)?,
+        io_size: get(d, "io_size", None::<u64>)?,
+        number_ios: get(d, "number_ios", None::<u64>)?,
     })
 }
 

@@ -435,3 +435,98 @@ def test_io_uring_sets_up_its_ring_like_fio(tmp_path: Path) -> None:
         run_json(tmp_path, "--rw=randread", "--ioengine=psync")["jobs"][0]["uringkit"]["setup"]
         is None
     )
+
+
+def _ios(out: subprocess.CompletedProcess[str]) -> tuple[int, int, int]:
+    assert out.returncode == 0, out.stderr
+    j = json.loads(out.stdout[out.stdout.index("{") :])["jobs"][0]
+    return j["read"]["total_ios"], j["write"]["total_ios"], j["read"]["io_bytes"]
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ("--rw=read", "--offset=1m", "--size=1m"),
+        ("--rw=read", "--offset=1m", "--size=1m", "--io_size=3m"),
+        ("--rw=randread", "--size=1m", "--number_ios=100", "--loops=3"),
+        ("--rw=read", "--size=1m", "--offset=512k", "--io_size=1m", "--loops=2"),
+        ("--rw=randwrite", "--size=1m", "--io_limit=256k"),
+    ],
+)
+def test_region_and_amount_as_fio(tmp_path: Path, opts: tuple[str, ...]) -> None:
+    """offset, io_size (io_limit), number_ios and loops decide where and how much I/O a
+    job does: the same counts as fio's for the same command line."""
+    f = tmp_path / "f.dat"
+    common = [f"--filename={f}", "--name=t", "--bs=4k", "--ioengine=psync", *opts]
+    ours = _ios(bench(*common, "--output-format=json"))
+    from uringkit.bench import fio
+
+    if not fio.available():
+        pytest.skip("fio is not installed (.ci/run installs it)")
+    theirs = _ios(
+        subprocess.run(
+            [fio.available() or "fio", *common, "--output-format=json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
+    assert ours == theirs
+
+
+def test_offset_region_is_the_only_one_touched(tmp_path: Path) -> None:
+    """A write job with offset= writes [offset, offset + size) and verifies it there; the
+    bytes before the offset are left alone; an O_DIRECT offset that is not a multiple of
+    the logical block size is one line naming the fix."""
+    f = tmp_path / "f.dat"
+    f.write_bytes(b"\xaa" * 8192)
+    out = bench(
+        f"--filename={f}",
+        "--name=t",
+        "--bs=4k",
+        "--size=64k",
+        "--offset=8k",
+        "--rw=randwrite",
+        "--verify=crc32c",
+        "--output-format=json",
+    )
+    assert out.returncode == 0, out.stderr
+    v = json.loads(out.stdout)["jobs"][0]["uringkit"]["verify"]
+    assert v["errors"] == 0 and v["blocks"] > 0
+    assert f.stat().st_size == 8192 + 65536
+    assert f.read_bytes()[:8192] == b"\xaa" * 8192
+    try:
+        os.close(os.open(f, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT here: {e}")
+    bad = bench(
+        f"--filename={f}", "--name=t", "--size=64k", "--offset=1000", "--rw=read", "--direct=1"
+    )
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert "offset=1000 is not a multiple of the logical block size" in bad.stderr
+    assert "use offset=512 or direct=0" in bad.stderr
+
+
+def test_unlink_fsync_on_close_percentile_flags_and_pvsync2(tmp_path: Path) -> None:
+    """unlink=1 removes the job's file afterwards; fsync_on_close=1 fsyncs it when the
+    writes end (timed in uringkit.end_fsync_ns); lat/clat_percentiles are accepted (the
+    percentiles are always reported: =0 prints a note); pvsync2 runs as psync."""
+    f = tmp_path / "f.dat"
+    out = bench(
+        f"--filename={f}",
+        "--name=t",
+        "--size=256k",
+        "--rw=write",
+        "--ioengine=pvsync2",
+        "--fsync_on_close=1",
+        "--unlink=1",
+        "--lat_percentiles=1",
+        "--clat_percentiles=0",
+        "--output-format=json",
+    )
+    assert out.returncode == 0, out.stderr
+    j = json.loads(out.stdout)["jobs"][0]
+    assert j["uringkit"]["end_fsync_ns"] > 0 and j["uringkit"]["engine"] == "psync"
+    assert "clat_percentiles=0" in j["uringkit"]["warning"]
+    assert "percentile" in j["write"]["clat_ns"] and "percentile" in j["write"]["lat_ns"]
+    assert not f.exists()

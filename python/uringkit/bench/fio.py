@@ -56,6 +56,12 @@ def command(job: Job) -> list[str]:
         args.append("--time_based=1")
     if n["ramp_time"]:
         args.append(f"--ramp_time={int(n['ramp_time'] * 1000)}ms")
+    if n["offset"]:
+        args.append(f"--offset={n['offset']}")
+    if n["io_size"]:
+        args.append(f"--io_size={n['io_size']}")  # (loops= included)
+    if n["number_ios"]:
+        args.append(f"--number_ios={n['number_ios']}")
     if n["fsync"]:
         args.append(f"--fsync={n['fsync']}")
     if n["fdatasync"]:
@@ -71,7 +77,14 @@ def command(job: Job) -> list[str]:
         args.append("--randrepeat=0")
     if n["percentiles"]:
         args.append("--percentile_list=" + ":".join(f"{p:g}" for p in n["percentiles"]))
-    for k in ("end_fsync", "gtod_reduce", "disable_lat", "disable_clat", "disable_slat"):
+    for k in (
+        "end_fsync",
+        "fsync_on_close",
+        "gtod_reduce",
+        "disable_lat",
+        "disable_clat",
+        "disable_slat",
+    ):
         if job.get(k):
             args.append(f"--{k}=1")
     if job.get("startdelay"):

@@ -59,6 +59,19 @@ OPTIONS: dict[str, str] = {
     "eta": "eta",
     "startdelay": "time",
     "end_fsync": "bool",
+    "fsync_on_close": "bool",
+    # the I/O region and how much I/O: [offset, offset + size), io_size bytes (default
+    # size; more goes around again), number_ios I/Os, loops passes over the region
+    "offset": "size",
+    "io_size": "size",
+    "number_ios": "int",
+    "loops": "int",
+    "unlink": "bool",
+    # percentiles of slat, clat and lat are always reported (fio's json has them when
+    # these are 1): accepted; =0 does not remove them (the job prints a note)
+    "lat_percentiles": "bool",
+    "clat_percentiles": "bool",
+    "slat_percentiles": "bool",
     # uringkit runs the jobs of a file one after another: what these ask fio for
     "stonewall": "bool",
     "new_group": "bool",
@@ -86,10 +99,13 @@ ALIASES = {
     "iodepth_batch_complete": "iodepth_batch_complete_min",
     "timeout": "runtime",
     "filesize": "size",  # (one file per job: the same thing)
+    "io_limit": "io_size",
 }
 
 ENGINES = ("io_uring", "libaio", "posixaio", "threads", "psync", "auto")
-ENGINE_ALIASES = {"sync": "psync", "pvsync": "psync"}
+#: fio's other synchronous engines: read/write, preadv/pwritev and preadv2/pwritev2 cost
+#: the same as pread/pwrite per call; they run as psync (docs/bench.md says so)
+ENGINE_ALIASES = {"sync": "psync", "pvsync": "psync", "pvsync2": "psync"}
 RW = ("read", "write", "randread", "randwrite", "rw", "readwrite", "randrw")
 
 #: options that may be given bare on the command line (`--norandommap`): every bool
@@ -200,13 +216,26 @@ class Job:
         o = dict(self.options)
         if "filename" not in o:
             raise JobError(f"job {self.name!r}: no filename (or directory) given")
+        offset = o.get("offset", 0)
         if "size" not in o:
             try:
-                o["size"] = os.path.getsize(o["filename"])
+                o["size"] = max(os.path.getsize(o["filename"]) - offset, 0)
             except OSError:
                 o["size"] = 0
             if not o["size"]:
-                raise JobError(f"job {self.name!r}: size= is required for a new file")
+                raise JobError(
+                    f"job {self.name!r}: size= is required for a new file (or one no "
+                    "larger than offset=)"
+                )
+        loops = o.get("loops", 1)
+        if loops < 1:
+            raise JobError(f"job {self.name!r}: loops={loops} must be at least 1")
+        if loops > 1 and not o.get("time_based"):
+            # fio repeats the whole job: each pass does io_size (default size) bytes and
+            # at most number_ios I/Os again
+            o["io_size"] = o.get("io_size", o["size"]) * loops
+            if o.get("number_ios"):
+                o["number_ios"] = o["number_ios"] * loops
         if o.get("buffered") is not None and "direct" not in o:
             o["direct"] = not o["buffered"]
         if "rwmixwrite" in o and "rwmixread" not in o:
@@ -251,6 +280,9 @@ class Job:
             "verify": bool(o.get("verify", False)),
             "numjobs": o.get("numjobs", 1),
             "seed": seed & (2**64 - 1),
+            "offset": offset,
+            "io_size": o.get("io_size"),
+            "number_ios": o.get("number_ios"),
             "percentiles": o.get("percentile_list"),
             **{k: o[k] for k in IO_URING_OPTS if k in o},
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -282,9 +283,10 @@ def run(
             f"crc32c verification; first: {r['first_verify_error']}"
         )
     end_fsync_ns = None
-    if job.get("end_fsync") and r["write"]["ios"]:
-        # fio's end_fsync=1: the written file is fsynced when the job's writes end; the
-        # time it takes is reported on its own (uringkit.end_fsync_ns)
+    if (job.get("end_fsync") or job.get("fsync_on_close")) and r["write"]["ios"]:
+        # fio's end_fsync=1 / fsync_on_close=1: the written file is fsynced when the
+        # job's writes end (one file per job: the same moment); the time it takes is
+        # reported on its own (uringkit.end_fsync_ns)
         fd = os.open(native["filename"], os.O_RDONLY)
         try:
             t = time.perf_counter_ns()
@@ -292,14 +294,27 @@ def run(
             end_fsync_ns = time.perf_counter_ns() - t
         finally:
             os.close(fd)
+    if job.get("unlink"):
+        # fio's unlink=1: the job's file is removed when it is done
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(native["filename"])
     reduced = [
         k for k in ("gtod_reduce", "disable_lat", "disable_clat", "disable_slat") if job.get(k)
     ]
+    notes = []
     if reduced:
-        note = (
+        notes.append(
             f"{', '.join(reduced)}=1: uringkit measures latency anyway (one clock read per "
             "I/O, ~20 ns here)"
         )
+    kept = [
+        k
+        for k in ("lat_percentiles", "clat_percentiles", "slat_percentiles")
+        if job.get(k) is False
+    ]
+    if kept:
+        notes.append(f"{', '.join(kept)}=0: uringkit reports those percentiles anyway")
+    for note in notes:
         r["warning"] = f"{r['warning']}; {note}" if r["warning"] else note
     out = fio_shape(job, native, r)
     if end_fsync_ns is not None:

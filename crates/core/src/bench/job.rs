@@ -70,6 +70,12 @@ pub struct JobSpec {
     pub verify: bool,
     pub numjobs: u32,
     pub seed: u64,
+    /// fio's offset: the I/O region is [offset, offset + size) of the file.
+    pub offset: u64,
+    /// fio's io_size: bytes of I/O to do (default: size; more wraps around the region).
+    pub io_size: Option<u64>,
+    /// fio's number_ios: stop after this many I/Os, whatever else is left.
+    pub number_ios: Option<u64>,
 }
 
 #[derive(Clone, Default)]
@@ -223,12 +229,13 @@ fn file_size(fd: i32) -> io::Result<u64> {
 pub fn layout(fd: i32, spec: &JobSpec, force_pattern: bool) -> io::Result<()> {
     let have = file_size(fd)?;
     let need_data = spec.rw.reads() || spec.verify;
-    if have >= spec.size && !force_pattern {
+    let end = spec.offset + spec.size;
+    if have >= end && !force_pattern {
         return Ok(());
     }
     if !need_data {
         // SAFETY: fd is open; extending with ftruncate creates a sparse tail.
-        if unsafe { libc::ftruncate(fd, spec.size as i64) } != 0 {
+        if unsafe { libc::ftruncate(fd, end as i64) } != 0 {
             return Err(io::Error::last_os_error());
         }
         return Ok(());
@@ -237,13 +244,13 @@ pub fn layout(fd: i32, spec: &JobSpec, force_pattern: bool) -> io::Result<()> {
     let chunk = chunk - chunk % spec.bs as usize;
     let buf = AlignedBuf::new(chunk)?;
     let start = if force_pattern {
-        0
+        spec.offset
     } else {
         have - have % spec.bs as u64
     };
     let mut off = start;
-    while off < spec.size {
-        let n = chunk.min((spec.size - off) as usize);
+    while off < end {
+        let n = chunk.min((end - off) as usize);
         let n = n.div_ceil(spec.bs as usize) * spec.bs as usize;
         // SAFETY: no I/O is in flight on this private buffer.
         let s = unsafe { buf.as_mut_slice() };
@@ -259,7 +266,7 @@ pub fn layout(fd: i32, spec: &JobSpec, force_pattern: bool) -> io::Result<()> {
                     format!(
                         "the disk filled up while laying out the {} test file (ENOSPC); \
                          use a smaller size= or another directory",
-                        crate::ring::setup::human_bytes(spec.size)
+                        crate::ring::setup::human_bytes(end)
                     )
                 } else {
                     format!("laying out the test file: {e}")
@@ -278,9 +285,10 @@ fn first_block_verifies(fd: i32, spec: &JobSpec) -> bool {
         return false;
     };
     // SAFETY: b holds bs bytes; fd is open.
-    let r = unsafe { libc::pread(fd, b.as_ptr().cast(), spec.bs as usize, 0) };
+    let at = spec.offset;
+    let r = unsafe { libc::pread(fd, b.as_ptr().cast(), spec.bs as usize, at as i64) };
     // SAFETY: the read finished.
-    r == spec.bs as isize && verify::check(unsafe { b.as_slice() }, 0).is_ok()
+    r == spec.bs as isize && verify::check(unsafe { b.as_slice() }, at).is_ok()
 }
 
 /// Check the spec before touching anything.
@@ -306,6 +314,9 @@ pub fn validate(spec: &JobSpec) -> Result<(), String> {
     if spec.rwmixread > 100 {
         return Err("rwmixread must be between 0 and 100".into());
     }
+    if spec.io_size == Some(0) || spec.number_ios == Some(0) {
+        return Err("io_size and number_ios must be at least 1".into());
+    }
     if !spec.time_based && spec.runtime.is_none() && spec.size == 0 {
         return Err("size=0 with no runtime: nothing to do".into());
     }
@@ -330,6 +341,17 @@ fn check_direct_alignment(fd: i32, spec: &JobSpec) -> io::Result<()> {
                  O_DIRECT here; use bs={} or direct=0",
                 spec.bs,
                 (spec.bs / align + 1) * align
+            ),
+        ));
+    }
+    if !spec.offset.is_multiple_of(align as u64) {
+        return Err(err(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "offset={} is not a multiple of the logical block size ({align} B) required \
+                 by O_DIRECT here; use offset={} or direct=0",
+                spec.offset,
+                spec.offset - spec.offset % align as u64
             ),
         ));
     }
@@ -552,7 +574,13 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     let batch_complete = spec.iodepth_batch_complete_min.clamp(1, depth) as usize;
     let batch_complete_max =
         (spec.iodepth_batch_complete_max as usize).clamp(batch_complete, depth as usize);
-    let io_limit = if spec.time_based { u64::MAX } else { spec.size };
+    let io_limit = if spec.time_based {
+        u64::MAX
+    } else {
+        spec.io_size.unwrap_or(spec.size)
+    };
+    let ios_limit = spec.number_ios.unwrap_or(u64::MAX);
+    let mut issued_ios: u64 = 0;
     let mut issued_bytes: u64 = 0;
     let mut measuring = shared.measuring.load(Ordering::Acquire);
     let mut t_start = Instant::now();
@@ -601,7 +629,10 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             Some(rt) => measuring && t_now - t_start >= rt,
             None => false,
         };
-        let stopping = time_up || shared.stop.load(Ordering::Relaxed) || issued_bytes >= io_limit;
+        let stopping = time_up
+            || shared.stop.load(Ordering::Relaxed)
+            || issued_bytes >= io_limit
+            || issued_ios >= ios_limit;
         // Fill the queue.
         if !stopping {
             while let Some(s) = free.pop() {
@@ -617,8 +648,8 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
                     next_seq += 1;
                     b
                 };
-                let offset = blk * bs as u64;
-                let len = bs.min((spec.size - offset) as usize) as u32;
+                let len = bs.min((spec.size - blk * bs as u64) as usize) as u32;
+                let offset = spec.offset + blk * bs as u64;
                 let kind = if is_read { IoKind::Read } else { IoKind::Write };
                 if !is_read && spec.verify {
                     // SAFETY: slot s is free: no I/O uses its buffer.
@@ -665,7 +696,11 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
                 })?;
                 queued.push(s);
                 issued_bytes += len as u64;
-                if queued.len() >= batch_submit || issued_bytes >= io_limit {
+                issued_ios += 1;
+                if queued.len() >= batch_submit
+                    || issued_bytes >= io_limit
+                    || issued_ios >= ios_limit
+                {
                     break;
                 }
             }
@@ -784,7 +819,7 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
                     }
                 }
                 if st.kind == IoKind::Write && !written.is_empty() {
-                    written[(st.offset / bs as u64) as usize] = true;
+                    written[((st.offset - spec.offset) / bs as u64) as usize] = true;
                 }
                 if measuring {
                     let d = if st.kind == IoKind::Read {
@@ -857,8 +892,9 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             if !*w {
                 continue;
             }
-            let off = i as u64 * bs as u64;
-            let len = bs.min((spec.size - off) as usize);
+            let rel = i as u64 * bs as u64;
+            let len = bs.min((spec.size - rel) as usize);
+            let off = spec.offset + rel;
             // SAFETY: no I/O is in flight on vb; it holds bs >= len bytes.
             let r =
                 crate::sys::fileio::pread_full(fd, unsafe { &mut vb.as_mut_slice()[..len] }, off)
@@ -891,6 +927,9 @@ mod tests {
 
     fn spec(dir: &std::path::Path, engine: EngineKind, rw: Rw) -> JobSpec {
         JobSpec {
+            offset: 0,
+            io_size: None,
+            number_ios: None,
             name: "t".into(),
             filename: dir.join("f"),
             size: 4 << 20,
