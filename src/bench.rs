@@ -89,6 +89,8 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
         offset: get(d, "offset", 0u64)?,
         io_size: get(d, "io_size", None::<u64>)?,
         number_ios: get(d, "number_ios", None::<u64>)?,
+        rate_iops: get(d, "rate_iops", None::<u64>)?,
+        invalidate: get(d, "invalidate", false)?,
     })
 }
 

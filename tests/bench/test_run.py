@@ -530,3 +530,28 @@ def test_unlink_fsync_on_close_percentile_flags_and_pvsync2(tmp_path: Path) -> N
     assert "clat_percentiles=0" in j["uringkit"]["warning"]
     assert "percentile" in j["write"]["clat_ns"] and "percentile" in j["write"]["lat_ns"]
     assert not f.exists()
+
+
+@pytest.mark.parametrize("depth", [1, 8])
+def test_rate_iops_paces_the_job(tmp_path: Path, depth: int) -> None:
+    """rate_iops=N: the job issues no more than N I/Os per second, evenly (an upper
+    bound the pacing enforces: the machine's noise can only lower it), whatever the
+    depth; mixed read/write jobs and separate read,write rates are refused by name."""
+    common = small_job(tmp_path, "--rw=randread", f"--iodepth={depth}", "--ioengine=io_uring")
+    out = bench(
+        *common,
+        "--rate_iops=200",
+        "--runtime=0.5",
+        "--time_based",
+        "--eta=never",
+        "--output-format=json",
+    )
+    if "io_uring" in out.stderr and out.returncode:
+        pytest.skip(out.stderr)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)["jobs"][0]["read"]
+    assert 20 <= r["total_ios"] <= 200 * 0.5 + 2, r["total_ios"]
+    mixed = bench(*small_job(tmp_path, "--rw=randrw", "--rate_iops=10"))
+    assert mixed.returncode != 0 and "rate_iops with rw=rw/randrw" in mixed.stderr
+    split = bench(*small_job(tmp_path, "--rw=read", "--rate_iops=10,5"))
+    assert split.returncode != 0 and "separate read,write rates" in split.stderr

@@ -62,6 +62,8 @@ def command(job: Job) -> list[str]:
         args.append(f"--io_size={n['io_size']}")  # (loops= included)
     if n["number_ios"]:
         args.append(f"--number_ios={n['number_ios']}")
+    if n["rate_iops"]:
+        args.append(f"--rate_iops={n['rate_iops']}")
     if n["fsync"]:
         args.append(f"--fsync={n['fsync']}")
     if n["fdatasync"]:

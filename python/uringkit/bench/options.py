@@ -67,6 +67,8 @@ OPTIONS: dict[str, str] = {
     "number_ios": "int",
     "loops": "int",
     "unlink": "bool",
+    # I/Os per second, evenly paced (read or write jobs)
+    "rate_iops": "rate",
     # percentiles of slat, clat and lat are always reported (fio's json has them when
     # these are 1): accepted; =0 does not remove them (the job prints a note)
     "lat_percentiles": "bool",
@@ -177,6 +179,20 @@ def parse_value(option: str, text: str) -> Any:
         if eng not in ENGINES:
             raise JobError(f"ioengine={text!r} is not supported; use one of {', '.join(ENGINES)}")
         return eng
+    if kind == "rate":
+        parts = text.split(",")
+        try:
+            n = int(parts[0], 0)
+        except ValueError:
+            n = 0
+        if len(parts) > 1 and any(p.strip() for p in parts[1:]):
+            raise JobError(
+                f"{key}={text!r}: separate read,write rates are not supported; give one "
+                "number (the job's reads or writes)"
+            )
+        if n < 1:
+            raise JobError(f"{key}={text!r} must be a positive integer (I/Os per second)")
+        return n
     if kind == "eta":
         if text not in ("never", "always", "auto"):
             raise JobError(f"eta={text!r}: use never, always or auto")
@@ -283,6 +299,8 @@ class Job:
             "offset": offset,
             "io_size": o.get("io_size"),
             "number_ios": o.get("number_ios"),
+            "rate_iops": o.get("rate_iops"),
+            "invalidate": bool(o.get("invalidate", True)),
             "percentiles": o.get("percentile_list"),
             **{k: o[k] for k in IO_URING_OPTS if k in o},
         }

@@ -125,19 +125,6 @@ def disk_util(
     return res
 
 
-def drop_cache(path: str) -> None:
-    """fio's invalidate=1: drop the file's pages from the page cache before the job."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 _EMPTY_HIST = {"N": 0, "min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "percentile": {}}
 
 
@@ -265,8 +252,7 @@ def run(
     """Run one job (numjobs threads, group-reported) and return its fio-shaped result
     (`bins`: with the latency histograms' buckets, as fio's json+)."""
     native = {**job.to_native(), "bins": bins}
-    if job.get("invalidate", True) and os.path.exists(native["filename"]):
-        drop_cache(native["filename"])
+    # (invalidate=1: the native job drops the file's pages once it is laid out)
     eta = job.get("eta")
     if eta is not None:  # fio's eta=never|always|auto for the progress line
         progress = eta == "always" or (eta == "auto" and progress)

@@ -76,6 +76,12 @@ pub struct JobSpec {
     pub io_size: Option<u64>,
     /// fio's number_ios: stop after this many I/Os, whatever else is left.
     pub number_ios: Option<u64>,
+    /// fio's rate_iops: issue at most this many I/Os per second (evenly: the n-th I/O
+    /// not before n / rate seconds into the job).
+    pub rate_iops: Option<u64>,
+    /// fio's invalidate=1: the file's pages leave the page cache once it is laid out,
+    /// before the job starts (a file the job has just written is not read from memory).
+    pub invalidate: bool,
 }
 
 #[derive(Clone, Default)]
@@ -314,8 +320,15 @@ pub fn validate(spec: &JobSpec) -> Result<(), String> {
     if spec.rwmixread > 100 {
         return Err("rwmixread must be between 0 and 100".into());
     }
-    if spec.io_size == Some(0) || spec.number_ios == Some(0) {
-        return Err("io_size and number_ios must be at least 1".into());
+    if spec.io_size == Some(0) || spec.number_ios == Some(0) || spec.rate_iops == Some(0) {
+        return Err("io_size, number_ios and rate_iops must be at least 1".into());
+    }
+    if spec.rate_iops.is_some() && matches!(spec.rw, Rw::ReadWrite | Rw::RandRw) {
+        return Err(
+            "rate_iops with rw=rw/randrw: fio paces reads and writes separately, which \
+             uringkit does not; use a read or a write job"
+                .into(),
+        );
     }
     if !spec.time_based && spec.runtime.is_none() && spec.size == 0 {
         return Err("size=0 with no runtime: nothing to do".into());
@@ -391,7 +404,15 @@ pub fn run_jobs(
         let fd = open_file(spec)?;
         let r = check_direct_alignment(fd, spec).and_then(|_| {
             let force = spec.verify && !spec.rw.writes() && !first_block_verifies(fd, spec);
-            layout(fd, spec, force)
+            layout(fd, spec, force)?;
+            if spec.invalidate {
+                // SAFETY: fd is ours; written pages must be clean to be dropped.
+                unsafe {
+                    libc::fdatasync(fd);
+                    libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+                }
+            }
+            Ok(())
         });
         // SAFETY: fd is ours.
         unsafe { libc::close(fd) };
@@ -581,6 +602,9 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     };
     let ios_limit = spec.number_ios.unwrap_or(u64::MAX);
     let mut issued_ios: u64 = 0;
+    // fio's rate_iops: the pace, from the job's start (ramp included)
+    let t_pace = Instant::now();
+    let rate = spec.rate_iops.map(|r| r as f64);
     let mut issued_bytes: u64 = 0;
     let mut measuring = shared.measuring.load(Ordering::Acquire);
     let mut t_start = Instant::now();
@@ -633,9 +657,19 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             || shared.stop.load(Ordering::Relaxed)
             || issued_bytes >= io_limit
             || issued_ios >= ios_limit;
-        // Fill the queue.
+        // Fill the queue (no faster than rate_iops allows).
+        let allowed = match rate {
+            Some(r) => ((t_now - t_pace).as_secs_f64() * r) as u64 + 1,
+            None => u64::MAX,
+        };
+        let mut paced = false;
         if !stopping {
-            while let Some(s) = free.pop() {
+            loop {
+                if issued_ios >= allowed {
+                    paced = true;
+                    break;
+                }
+                let Some(s) = free.pop() else { break };
                 let is_read = match spec.rw {
                     Rw::Read | Rw::RandRead => true,
                     Rw::Write | Rw::RandWrite => false,
@@ -738,10 +772,21 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
             if stopping || issued_bytes >= io_limit {
                 break;
             }
+            if let (true, Some(r)) = (paced, rate) {
+                // ahead of the pace with nothing in flight: sleep until the next I/O's
+                // time (in short steps, so a stop or the runtime is seen in time)
+                let next = t_pace + Duration::from_secs_f64(issued_ios as f64 / r);
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                }
+            }
             continue;
         }
         // Reap: wait for a batch when the queue is full (or we are draining), else poll.
-        let must_wait = free.is_empty() || stopping;
+        // Ahead of the pace, wait for the next completion (as fio waits for its I/Os
+        // before it sleeps) rather than spin.
+        let must_wait = free.is_empty() || stopping || paced;
         let want = if must_wait {
             batch_complete.min(in_flight)
         } else {
@@ -930,6 +975,8 @@ mod tests {
             offset: 0,
             io_size: None,
             number_ios: None,
+            rate_iops: None,
+            invalidate: false,
             name: "t".into(),
             filename: dir.join("f"),
             size: 4 << 20,
