@@ -4,6 +4,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::time::Duration;
+use uringkit_core::bench::dist::Dist;
 use uringkit_core::bench::hist::FIO_PERCENTILES;
 use uringkit_core::bench::job::DirStats;
 use uringkit_core::bench::{run_jobs, Hist, JobSpec, Progress, Rw};
@@ -91,6 +92,17 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
         number_ios: get(d, "number_ios", None::<u64>)?,
         rate_iops: get(d, "rate_iops", None::<u64>)?,
         invalidate: get(d, "invalidate", false)?,
+        random_distribution: match get(d, "random_distribution", None::<(String, f64)>)? {
+            None => Dist::Uniform,
+            Some((k, v)) if k == "zipf" => Dist::Zipf(v),
+            Some((k, v)) if k == "pareto" => Dist::Pareto(v),
+            Some((k, _)) if k == "random" => Dist::Uniform,
+            Some((k, _)) => {
+                return Err(PyValueError::new_err(format!(
+                    "random_distribution {k:?}: use random, zipf:THETA or pareto:H"
+                )))
+            }
+        },
     })
 }
 

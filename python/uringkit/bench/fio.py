@@ -64,6 +64,9 @@ def command(job: Job) -> list[str]:
         args.append(f"--number_ios={n['number_ios']}")
     if n["rate_iops"]:
         args.append(f"--rate_iops={n['rate_iops']}")
+    dist = n["random_distribution"]
+    if dist and dist[0] != "random":
+        args.append(f"--random_distribution={dist[0]}:{dist[1]:g}")
     if n["fsync"]:
         args.append(f"--fsync={n['fsync']}")
     if n["fdatasync"]:

@@ -69,6 +69,8 @@ OPTIONS: dict[str, str] = {
     "unlink": "bool",
     # I/Os per second, evenly paced (read or write jobs)
     "rate_iops": "rate",
+    # which blocks random I/O picks: random (default), zipf:THETA, pareto:H
+    "random_distribution": "distribution",
     # percentiles of slat, clat and lat are always reported (fio's json has them when
     # these are 1): accepted; =0 does not remove them (the job prints a note)
     "lat_percentiles": "bool",
@@ -193,6 +195,22 @@ def parse_value(option: str, text: str) -> Any:
         if n < 1:
             raise JobError(f"{key}={text!r} must be a positive integer (I/Os per second)")
         return n
+    if kind == "distribution":
+        name, _, arg = text.partition(":")
+        if name == "random" and not arg:
+            return ("random", 0.0)
+        try:
+            v = float(arg)
+        except ValueError:
+            v = float("nan")
+        if name == "zipf" and v > 0 and v != 1:
+            return ("zipf", v)
+        if name == "pareto" and 0 < v < 1:
+            return ("pareto", v)
+        raise JobError(
+            f"random_distribution={text!r}: use random, zipf:THETA (THETA > 0, not 1; "
+            "e.g. zipf:1.2) or pareto:H (0 < H < 1; e.g. pareto:0.2)"
+        )
     if kind == "eta":
         if text not in ("never", "always", "auto"):
             raise JobError(f"eta={text!r}: use never, always or auto")
@@ -301,6 +319,7 @@ class Job:
             "number_ios": o.get("number_ios"),
             "rate_iops": o.get("rate_iops"),
             "invalidate": bool(o.get("invalidate", True)),
+            "random_distribution": o.get("random_distribution"),
             "percentiles": o.get("percentile_list"),
             **{k: o[k] for k in IO_URING_OPTS if k in o},
         }

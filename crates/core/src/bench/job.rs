@@ -82,6 +82,8 @@ pub struct JobSpec {
     /// fio's invalidate=1: the file's pages leave the page cache once it is laid out,
     /// before the job starts (a file the job has just written is not read from memory).
     pub invalidate: bool,
+    /// fio's random_distribution: which blocks random I/O picks.
+    pub random_distribution: super::dist::Dist,
 }
 
 #[derive(Clone, Default)]
@@ -323,6 +325,7 @@ pub fn validate(spec: &JobSpec) -> Result<(), String> {
     if spec.io_size == Some(0) || spec.number_ios == Some(0) || spec.rate_iops == Some(0) {
         return Err("io_size, number_ios and rate_iops must be at least 1".into());
     }
+    spec.random_distribution.validate()?;
     if spec.rate_iops.is_some() && matches!(spec.rw, Rw::ReadWrite | Rw::RandRw) {
         return Err(
             "rate_iops with rw=rw/randrw: fio paces reads and writes separately, which \
@@ -576,6 +579,7 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     let mut free: Vec<u32> = (0..depth).rev().collect();
     let mut rng = Rng(spec.seed | 1);
     let blocks = (spec.size / bs as u64).max(1);
+    let picker = super::dist::Picker::new(spec.random_distribution, blocks);
     let mut next_seq: u64 = 0;
     let sync_every = if spec.fdatasync > 0 {
         Some((spec.fdatasync, false))
@@ -676,7 +680,7 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
                     Rw::ReadWrite | Rw::RandRw => rng.next() % 100 < spec.rwmixread as u64,
                 };
                 let blk = if spec.rw.random() {
-                    rng.next() % blocks
+                    picker.pick(rng.next())
                 } else {
                     let b = next_seq % blocks;
                     next_seq += 1;
@@ -977,6 +981,7 @@ mod tests {
             number_ios: None,
             rate_iops: None,
             invalidate: false,
+            random_distribution: Default::default(),
             name: "t".into(),
             filename: dir.join("f"),
             size: 4 << 20,

@@ -2,6 +2,7 @@
 //! latency histograms, whole-process CPU accounting, and crc32c verification.
 
 pub mod cpu;
+pub mod dist;
 pub mod hist;
 pub mod job;
 pub mod verify;
