@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -506,3 +508,50 @@ def test_direct_store_serves_fresh_records_from_memory(tmp_path: Path) -> None:
             assert db.get(b"k%d" % i) == bytes([i % 256]) * 1000
         assert db.multi_get([b"k1", b"k299"]) == [b"\x01" * 1000, bytes([299 % 256]) * 1000]
         assert _storage_read_bytes() - before < 64 * 1024  # 300 KB read, none of it disk
+
+
+def test_iterator_in_key_order(tmp_path: Path) -> None:
+    """db.iterator(): plyvel's ordered scan — key order (bytewise), prefix, [start, stop),
+    reverse, keys only; a key deleted during the iteration is skipped, one overwritten
+    gives its new value; values are read in chunks larger than one multi_get."""
+    with kv.open(tmp_path / "db") as db:
+        rng = random.Random(3)
+        keys = [b"user:%05d" % i for i in range(2500)] + [b"item:1", b"item:2", b"a", b"\xff"]
+        rng.shuffle(keys)
+        db.write([(k, k[::-1]) for k in keys])
+        assert list(db.iterator(include_value=False)) == sorted(keys)
+        users = list(db.iterator(prefix=b"user:"))
+        assert [k for k, _ in users] == sorted(k for k in keys if k.startswith(b"user:"))
+        assert all(v == k[::-1] for k, v in users)
+        assert list(db.iterator(start=b"item:", stop=b"user:", include_value=False)) == [
+            b"item:1",
+            b"item:2",
+        ]
+        assert list(db.iterator(start=b"user:02498", include_value=False)) == [
+            b"user:02498",
+            b"user:02499",
+            b"\xff",
+        ]
+        rev = list(db.iterator(prefix=b"item:", reverse=True))
+        assert rev == [(b"item:2", b"2:meti"), (b"item:1", b"1:meti")]
+        assert list(db.iterator(prefix=b"nope")) == []
+        it = db.iterator(prefix=b"user:")
+        first = next(it)
+        db.delete(b"user:01500")  # in a chunk not read yet: skipped
+        db.put(b"user:02000", b"new")  # likewise: its new value
+        rest = dict(it)
+        assert first[0] == b"user:00000" and b"user:01500" not in rest
+        assert rest[b"user:02000"] == b"new" and len(rest) == 2498
+
+
+def test_async_iterator(tmp_path: Path) -> None:
+    async def go() -> list[Any]:
+        async with kv.open_async(tmp_path / "db") as db:
+            await db.batch([(b"k%d" % i, b"v%d" % i) for i in range(12)])
+            got = [kv_ async for kv_ in db.iterator(prefix=b"k1")]
+            ks = [k async for k in db.iterator(reverse=True, include_value=False)]
+            return [got, ks[:3]]
+
+    got, ks = asyncio.run(go())
+    assert got == [(b"k1", b"v1"), (b"k10", b"v10"), (b"k11", b"v11")]
+    assert ks == [b"k9", b"k8", b"k7"]

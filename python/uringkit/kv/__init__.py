@@ -8,6 +8,8 @@
         with db.batch() as b:              # atomic: all or nothing
             b.put(b"x", b"1"); b.delete(b"y")
         len(db), b"key" in db, db.keys(), db.items()
+        for k, v in db.iterator(prefix=b"user:"):   # in key order, as plyvel's
+            ...
         db.compact(); db.stats(); db.check()
 
 Durability: "sync" (put returns once the record is on disk; concurrent writers share
@@ -22,7 +24,7 @@ import concurrent.futures
 import errno
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["DB", "AsyncDB", "Batch", "open", "open_async"]
 
 MAX_KEY = 64 * 1024
+#: values read per multi_get while iterating in key order
+_SCAN_CHUNK = 1000
 MAX_VALUE = 64 * 1024 * 1024
 
 
@@ -183,6 +187,33 @@ class DB:
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
+
+    def iterator(
+        self,
+        *,
+        prefix: bytes | None = None,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        include_value: bool = True,
+    ) -> Iterator[Any]:
+        """(key, value) pairs — or keys, with include_value=False — in key order (bytewise;
+        `reverse` for descending), of the keys that start with `prefix` and lie in
+        [start, stop): plyvel's `db.iterator()`. The keys are a snapshot taken at the
+        call; values are read 1,000 at a time with multi_get as the iteration reaches
+        them, so a key deleted before its chunk is read is skipped and one overwritten
+        before then gives its newer value.
+        The index is a hash table (Bitcask): each call filters every key and sorts the
+        matches, O(n + m log m) — for scans, not for point lookups."""
+        keys = self._s.keys_range(prefix, start, stop, reverse)
+        if not include_value:
+            yield from keys
+            return
+        for i in range(0, len(keys), _SCAN_CHUNK):
+            part = keys[i : i + _SCAN_CHUNK]
+            for k, v in zip(part, self._s.multi_get(part), strict=True):
+                if v is not None:
+                    yield (k, v)
 
     # the mapping protocol, as dbm/shelve/rocksdict: db[key], db[key] = value, del db[key]
     def __getitem__(self, key: bytes) -> bytes:
@@ -441,6 +472,29 @@ class AsyncDB:
 
     async def values(self) -> list[bytes]:
         return await self._run(self.db.values)  # type: ignore[no-any-return]
+
+    async def iterator(
+        self,
+        *,
+        prefix: bytes | None = None,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        include_value: bool = True,
+    ) -> AsyncIterator[Any]:
+        """`DB.iterator` for asyncio: `async for k, v in db.iterator(prefix=b"a:")`. The
+        key snapshot is taken off the loop; values come 1,000 at a time through
+        `multi_get` (cached ones inline, the rest in one batch of reads)."""
+        keys: list[bytes] = await self._run(self.db._s.keys_range, prefix, start, stop, reverse)
+        if not include_value:
+            for k in keys:
+                yield k
+            return
+        for i in range(0, len(keys), _SCAN_CHUNK):
+            part = keys[i : i + _SCAN_CHUNK]
+            for k, v in zip(part, await self.multi_get(part), strict=True):
+                if v is not None:
+                    yield (k, v)
 
     async def items(self) -> list[tuple[bytes, bytes]]:
         return await self._run(self.db.items)  # type: ignore[no-any-return]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 
@@ -91,19 +92,14 @@ def main(argv: list[str]) -> int:
                     print(f"{a.key}: not found", file=sys.stderr)
                     return 1
             elif a.cmd == "scan":
-                pre = _b(a.prefix, h)
-                # keys from the in-memory index; values read only for what is printed
-                keys = sorted(k for k in db if k.startswith(pre))
-                if a.limit:
-                    keys = keys[: a.limit]
-                for i in range(0, len(keys), 1000):
-                    chunk = keys[i : i + 1000]
-                    vals = [None] * len(chunk) if a.keys_only else db.multi_get(chunk)
-                    for k, v in zip(chunk, vals, strict=True):
-                        if a.keys_only:
-                            print(_show(k, h))
-                        elif v is not None:  # (deleted meanwhile: skipped)
-                            print(f"{_show(k, h)}\t{_show(v, h)}")
+                # keys filtered and sorted from the in-memory index; values read only
+                # for what is printed
+                rows = db.iterator(prefix=_b(a.prefix, h), include_value=not a.keys_only)
+                for row in itertools.islice(rows, a.limit or None):
+                    if a.keys_only:
+                        print(_show(row, h))
+                    else:
+                        print(f"{_show(row[0], h)}\t{_show(row[1], h)}")
             elif a.cmd == "compact":
                 retired, freed = db.compact()
                 print(f"retired {retired} segments, reclaimed {freed} bytes")

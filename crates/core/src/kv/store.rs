@@ -1953,6 +1953,32 @@ impl Store {
         st.index.iter().map(|(k, _)| k.to_vec()).collect()
     }
 
+    /// A snapshot of the keys that start with `prefix` and lie in [start, stop), in key
+    /// order (bytewise). The index is a hash table: this filters every key, then sorts
+    /// the matches (O(n + m log m)).
+    pub fn keys_between(
+        &self,
+        prefix: &[u8],
+        start: Option<&[u8]>,
+        stop: Option<&[u8]>,
+    ) -> Vec<Vec<u8>> {
+        let mut ks: Vec<Vec<u8>> = {
+            let st = self.state.read().expect("state");
+            st.index
+                .iter()
+                .map(|(k, _)| k)
+                .filter(|k| {
+                    k.starts_with(prefix)
+                        && start.is_none_or(|a| *k >= a)
+                        && stop.is_none_or(|b| *k < b)
+                })
+                .map(|k| k.to_vec())
+                .collect()
+        };
+        ks.sort_unstable();
+        ks
+    }
+
     /// A snapshot of (key, location) pairs: values are read lazily by the caller.
     pub fn snapshot(&self) -> Vec<(Vec<u8>, Loc, Arc<Segment>)> {
         if self.opts.durability != Durability::Sync {
