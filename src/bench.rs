@@ -92,6 +92,7 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
         number_ios: get(d, "number_ios", None::<u64>)?,
         rate_iops: get(d, "rate_iops", None::<u64>)?,
         invalidate: get(d, "invalidate", false)?,
+        bssplit: get(d, "bssplit", Vec::<(u32, u32)>::new())?,
         random_distribution: match get(d, "random_distribution", None::<(String, f64)>)? {
             None => Dist::Uniform,
             Some((k, v)) if k == "zipf" => Dist::Zipf(v),

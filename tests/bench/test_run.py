@@ -572,3 +572,25 @@ def test_random_distribution(tmp_path: Path) -> None:
     for bad in ("zipf:1", "pareto:1.5", "normal:5", "zipf"):
         out = bench(*small_job(tmp_path, "--rw=randread", f"--random_distribution={bad}"))
         assert out.returncode == 2 and "zipf:THETA" in out.stderr, (bad, out.stderr)
+
+
+def test_bssplit_mixes_sizes_as_fio(tmp_path: Path) -> None:
+    """bssplit=4k/75:64k/25: I/O sizes drawn by weight (a size without a percentage
+    shares what the others leave), offsets on the smallest size; the job moves the same
+    bytes as fio in about as many I/Os. Refused: with verify, separate read,write splits,
+    percentages over 100."""
+    f = tmp_path / "f.dat"
+    common = [f"--filename={f}", "--name=t", "--size=16m", "--ioengine=psync"]
+    for split, mean in (("4k/75:64k/25", 0.75 * 4096 + 0.25 * 65536), ("4k:8k:16k:32k", 15360)):
+        out = bench(*common, "--rw=randread", f"--bssplit={split}", "--output-format=json")
+        assert out.returncode == 0, out.stderr
+        r = json.loads(out.stdout)["jobs"][0]["read"]
+        assert r["io_bytes"] >= 16 << 20
+        assert abs(r["io_bytes"] / r["total_ios"] / mean - 1) < 0.15, (split, r["total_ios"])
+    for bad, why in (
+        ("--bssplit=4k/50:8k/50 --verify=crc32c", "bssplit with verify"),
+        ("--bssplit=4k/50,8k/100", "separate read,write"),
+        ("--bssplit=4k/70:8k/70", "adding up to at most 100"),
+    ):
+        out = bench(*common, "--rw=randwrite", *bad.split())
+        assert out.returncode != 0 and why in out.stderr, (bad, out.stderr)

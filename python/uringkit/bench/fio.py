@@ -64,6 +64,9 @@ def command(job: Job) -> list[str]:
         args.append(f"--number_ios={n['number_ios']}")
     if n["rate_iops"]:
         args.append(f"--rate_iops={n['rate_iops']}")
+    if n["bssplit"]:
+        total = sum(w for _, w in n["bssplit"])
+        args.append("--bssplit=" + ":".join(f"{b}/{w * 100 / total:g}" for b, w in n["bssplit"]))
     dist = n["random_distribution"]
     if dist and dist[0] != "random":
         args.append(f"--random_distribution={dist[0]}:{dist[1]:g}")

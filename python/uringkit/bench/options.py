@@ -69,6 +69,9 @@ OPTIONS: dict[str, str] = {
     "unlink": "bool",
     # I/Os per second, evenly paced (read or write jobs)
     "rate_iops": "rate",
+    # the mix of I/O sizes: 4k/50:64k/50 (sizes/percent; a size without /percent shares
+    # what the others leave)
+    "bssplit": "bssplit",
     # which blocks random I/O picks: random (default), zipf:THETA, pareto:H
     "random_distribution": "distribution",
     # percentiles of slat, clat and lat are always reported (fio's json has them when
@@ -195,6 +198,32 @@ def parse_value(option: str, text: str) -> Any:
         if n < 1:
             raise JobError(f"{key}={text!r} must be a positive integer (I/Os per second)")
         return n
+    if kind == "bssplit":
+        if "," in text:
+            raise JobError(
+                f"bssplit={text!r}: separate read,write splits are not supported; give one "
+                "split (e.g. 4k/50:64k/50)"
+            )
+        sizes: list[tuple[int, float | None]] = []
+        for part in filter(None, text.split(":")):
+            size, _, pct = part.partition("/")
+            try:
+                share = float(pct) if pct else None
+            except ValueError:
+                share = -1.0
+            if share is not None and not 0 <= share <= 100:
+                raise JobError(f"bssplit={text!r}: {pct!r} is not a percentage")
+            sizes.append((parse_size(size, key), share))
+        given = sum(p for _, p in sizes if p is not None)
+        blank = [b for b, p in sizes if p is None]
+        if not sizes or given > 100.0001 or (not blank and given <= 0):
+            raise JobError(
+                f"bssplit={text!r}: sizes with percentages adding up to at most 100 "
+                "(example: 4k/50:64k/50)"
+            )
+        rest = (100 - given) / len(blank) if blank else 0.0
+        # weights in hundredths of a percent
+        return [(b, round((rest if p is None else p) * 100)) for b, p in sizes]
     if kind == "distribution":
         name, _, arg = text.partition(":")
         if name == "random" and not arg:
@@ -299,7 +328,8 @@ class Job:
             "size": o["size"],
             "rw": o.get("rw", "read"),
             "rwmixread": o.get("rwmixread", 50),
-            "bs": o.get("bs", 4096),
+            "bs": max(b for b, _ in o["bssplit"]) if o.get("bssplit") else o.get("bs", 4096),
+            "bssplit": o.get("bssplit") or [],
             "iodepth": depth,
             "iodepth_batch_submit": min(bsub, depth),
             "iodepth_batch_complete_min": min(bcomp, depth),

@@ -84,6 +84,9 @@ pub struct JobSpec {
     pub invalidate: bool,
     /// fio's random_distribution: which blocks random I/O picks.
     pub random_distribution: super::dist::Dist,
+    /// fio's bssplit: (block size, weight) pairs an I/O's size is drawn from (`bs` is
+    /// then the largest; offsets are multiples of the smallest). Empty: every I/O is bs.
+    pub bssplit: Vec<(u32, u32)>,
 }
 
 #[derive(Clone, Default)]
@@ -326,6 +329,20 @@ pub fn validate(spec: &JobSpec) -> Result<(), String> {
         return Err("io_size, number_ios and rate_iops must be at least 1".into());
     }
     spec.random_distribution.validate()?;
+    if !spec.bssplit.is_empty() {
+        if spec.verify {
+            return Err(
+                "bssplit with verify=crc32c is not supported (verify checks blocks \
+                        of one size); drop one of them"
+                    .into(),
+            );
+        }
+        if spec.bssplit.iter().any(|&(b, _)| b == 0 || b > spec.bs)
+            || spec.bssplit.iter().all(|&(_, w)| w == 0)
+        {
+            return Err("bssplit sizes must be 1 byte to bs, with some weight".into());
+        }
+    }
     if spec.rate_iops.is_some() && matches!(spec.rw, Rw::ReadWrite | Rw::RandRw) {
         return Err(
             "rate_iops with rw=rw/randrw: fio paces reads and writes separately, which \
@@ -349,6 +366,19 @@ fn check_direct_alignment(fd: i32, spec: &JobSpec) -> io::Result<()> {
         }
         _ => 512,
     };
+    if let Some(&(b, _)) = spec
+        .bssplit
+        .iter()
+        .find(|&&(b, _)| !b.is_multiple_of(align))
+    {
+        return Err(err(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "bssplit size {b} is not a multiple of the logical block size ({align} B) \
+                 required by O_DIRECT here; use multiples of {align} or direct=0"
+            ),
+        ));
+    }
     if !spec.bs.is_multiple_of(align) {
         return Err(err(
             io::ErrorKind::InvalidInput,
@@ -578,7 +608,15 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
     ];
     let mut free: Vec<u32> = (0..depth).rev().collect();
     let mut rng = Rng(spec.seed | 1);
-    let blocks = (spec.size / bs as u64).max(1);
+    // offsets step by `unit`: bs, or with bssplit its smallest size
+    let unit = spec
+        .bssplit
+        .iter()
+        .map(|&(b, _)| b)
+        .min()
+        .unwrap_or(spec.bs) as u64;
+    let split_total: u64 = spec.bssplit.iter().map(|&(_, w)| w as u64).sum();
+    let blocks = (spec.size / unit).max(1);
     let picker = super::dist::Picker::new(spec.random_distribution, blocks);
     let mut next_seq: u64 = 0;
     let sync_every = if spec.fdatasync > 0 {
@@ -679,15 +717,30 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
                     Rw::Write | Rw::RandWrite => false,
                     Rw::ReadWrite | Rw::RandRw => rng.next() % 100 < spec.rwmixread as u64,
                 };
+                let want = if split_total == 0 {
+                    bs as u64
+                } else {
+                    let mut r = rng.next() % split_total;
+                    let mut pick = unit;
+                    for &(b, w) in &spec.bssplit {
+                        if r < w as u64 {
+                            pick = b as u64;
+                            break;
+                        }
+                        r -= w as u64;
+                    }
+                    pick
+                };
                 let blk = if spec.rw.random() {
                     picker.pick(rng.next())
                 } else {
+                    // sequential: the next I/O starts where this one ends
                     let b = next_seq % blocks;
-                    next_seq += 1;
+                    next_seq += want.div_ceil(unit);
                     b
                 };
-                let len = bs.min((spec.size - blk * bs as u64) as usize) as u32;
-                let offset = spec.offset + blk * bs as u64;
+                let len = want.min(spec.size - blk * unit) as u32;
+                let offset = spec.offset + blk * unit;
                 let kind = if is_read { IoKind::Read } else { IoKind::Write };
                 if !is_read && spec.verify {
                     // SAFETY: slot s is free: no I/O uses its buffer.
@@ -982,6 +1035,7 @@ mod tests {
             rate_iops: None,
             invalidate: false,
             random_distribution: Default::default(),
+            bssplit: Vec::new(),
             name: "t".into(),
             filename: dir.join("f"),
             size: 4 << 20,
