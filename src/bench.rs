@@ -97,10 +97,11 @@ fn spec_from(d: &Bound<'_, PyDict>) -> PyResult<JobSpec> {
             None => Dist::Uniform,
             Some((k, v)) if k == "zipf" => Dist::Zipf(v),
             Some((k, v)) if k == "pareto" => Dist::Pareto(v),
+            Some((k, v)) if k == "normal" => Dist::Normal(v),
             Some((k, _)) if k == "random" => Dist::Uniform,
             Some((k, _)) => {
                 return Err(PyValueError::new_err(format!(
-                    "random_distribution {k:?}: use random, zipf:THETA or pareto:H"
+                    "random_distribution {k:?}: use random, zipf:THETA, pareto:H or normal:DEV"
                 )))
             }
         },

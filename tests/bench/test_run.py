@@ -558,10 +558,10 @@ def test_rate_iops_paces_the_job(tmp_path: Path, depth: int) -> None:
 
 
 def test_random_distribution(tmp_path: Path) -> None:
-    """random_distribution=zipf:THETA / pareto:H run (the skew itself is checked by the
+    """random_distribution=zipf:THETA / pareto:H / normal:DEV run (the skew itself is checked by the
     core's unit tests on the sampler); a parameter out of range is refused with the
     allowed ones, before any file is touched."""
-    for d in ("random", "zipf:1.2", "pareto:0.2"):
+    for d in ("random", "zipf:1.2", "pareto:0.2", "normal:5", "gauss"):
         out = bench(
             *small_job(tmp_path, "--rw=randread", f"--random_distribution={d}"),
             "--number_ios=500",
@@ -569,7 +569,7 @@ def test_random_distribution(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, (d, out.stderr)
         assert json.loads(out.stdout)["jobs"][0]["read"]["total_ios"] == 500
-    for bad in ("zipf:1", "pareto:1.5", "normal:5", "zipf"):
+    for bad in ("zipf:1", "pareto:1.5", "normal:500", "zoned:50/5:50/95", "zipf"):
         out = bench(*small_job(tmp_path, "--rw=randread", f"--random_distribution={bad}"))
         assert out.returncode == 2 and "zipf:THETA" in out.stderr, (bad, out.stderr)
 

@@ -41,7 +41,7 @@ sqthread_poll, sqthread_poll_cpu, registerfiles, fixedbufs, hipri, nonvectored,
 single_issuer, defer_taskrun, coop_taskrun. Booleans may be given bare
 (--time_based, --norandommap) as with fio; percentile_list, randrepeat/randseed,
 eta, startdelay, end_fsync, fsync_on_close, filesize, offset, io_size, number_ios,
-rate_iops, bssplit, random_distribution (zipf, pareto), loops and unlink work as in fio
+rate_iops, bssplit, random_distribution (zipf, pareto, normal), loops and unlink work as in fio
 (docs/bench.md lists them all). An unsupported option is an error.
 
 options:

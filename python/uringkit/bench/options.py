@@ -72,7 +72,7 @@ OPTIONS: dict[str, str] = {
     # the mix of I/O sizes: 4k/50:64k/50 (sizes/percent; a size without /percent shares
     # what the others leave)
     "bssplit": "bssplit",
-    # which blocks random I/O picks: random (default), zipf:THETA, pareto:H
+    # which blocks random I/O picks: random (default), zipf:THETA, pareto:H, normal:DEV
     "random_distribution": "distribution",
     # percentiles of slat, clat and lat are always reported (fio's json has them when
     # these are 1): accepted; =0 does not remove them (the job prints a note)
@@ -236,9 +236,12 @@ def parse_value(option: str, text: str) -> Any:
             return ("zipf", v)
         if name == "pareto" and 0 < v < 1:
             return ("pareto", v)
+        if name in ("normal", "gauss") and (not arg or 0 <= v <= 100):
+            return ("normal", v if arg else 0.0)
         raise JobError(
             f"random_distribution={text!r}: use random, zipf:THETA (THETA > 0, not 1; "
-            "e.g. zipf:1.2) or pareto:H (0 < H < 1; e.g. pareto:0.2)"
+            "e.g. zipf:1.2), pareto:H (0 < H < 1; e.g. pareto:0.2) or normal:DEV (a "
+            "percentage; e.g. normal:5)"
         )
     if kind == "eta":
         if text not in ("never", "always", "auto"):

@@ -5,6 +5,8 @@
 //!   the method fio uses (Gray et al., "Quickly generating billion-record synthetic
 //!   databases"), its normalising sum taken over at most 10M ranks as fio does.
 //! - `pareto:h`: rank `(n-1)·u^(log h / log(1-h))` for a uniform u (0 < h < 1), as fio.
+//! - `normal:dev` (fio's `gauss`): the mean of 12 uniform ranks (a bell around the
+//!   middle), shifted by up to ±dev/2 % of the blocks, as fio computes it.
 //!
 //! As in fio, ranks are scattered over the file by a hash, so the hot blocks are not
 //! all at its start.
@@ -16,6 +18,7 @@ pub enum Dist {
     Uniform,
     Zipf(f64),
     Pareto(f64),
+    Normal(f64),
 }
 
 /// fio's cap on the ranks summed for zipf's normalisation (`ZIPF_MAX_GEN`).
@@ -38,6 +41,9 @@ enum Kind {
     Pareto {
         pow: f64,
     },
+    Normal {
+        stddev: u64,
+    },
 }
 
 impl Dist {
@@ -52,6 +58,10 @@ impl Dist {
             Dist::Pareto(h) if h > 0.0 && h < 1.0 => Ok(()),
             Dist::Pareto(h) => Err(format!(
                 "random_distribution=pareto:{h}: h must be between 0 and 1 (e.g. pareto:0.2)"
+            )),
+            Dist::Normal(d) if (0.0..=100.0).contains(&d) => Ok(()),
+            Dist::Normal(d) => Err(format!(
+                "random_distribution=normal:{d}: the deviation is a percentage, 0 to 100"
             )),
         }
     }
@@ -83,6 +93,9 @@ impl Picker {
             Dist::Pareto(h) => Kind::Pareto {
                 pow: h.ln() / (1.0 - h).ln(),
             },
+            Dist::Normal(dev) => Kind::Normal {
+                stddev: ((n as f64 * dev / 100.0).ceil() as u64).min(n / 2),
+            },
         };
         Picker { n, kind }
     }
@@ -110,6 +123,25 @@ impl Picker {
                 }
             }
             Kind::Pareto { pow } => (((n - 1) as f64) * unit(r).powf(pow)) as u64,
+            Kind::Normal { stddev } => {
+                // 12 uniform ranks from one 64-bit number's stream (central limit)
+                let mut x = r | 1;
+                let mut sum = 0u64;
+                for _ in 0..12 {
+                    x = scatter(x);
+                    sum += x % (n + 1);
+                }
+                let mut v = sum.div_ceil(12) as i64;
+                if stddev > 0 {
+                    x = scatter(x);
+                    let mut dev = (stddev as f64 * unit(x)) as i64 - (stddev / 2) as i64;
+                    while dev + v >= n as i64 {
+                        dev /= 2;
+                    }
+                    v = (v + dev).max(0);
+                }
+                v as u64
+            }
         };
         scatter(rank) % n
     }
@@ -173,7 +205,13 @@ mod tests {
         assert!(Dist::Zipf(0.0).validate().is_err());
         assert!(Dist::Pareto(1.0).validate().is_err());
         assert!(Dist::Zipf(1.2).validate().is_ok() && Dist::Pareto(0.5).validate().is_ok());
-        for d in [Dist::Zipf(1.2), Dist::Pareto(0.2), Dist::Uniform] {
+        assert!(Dist::Normal(101.0).validate().is_err() && Dist::Normal(5.0).validate().is_ok());
+        for d in [
+            Dist::Zipf(1.2),
+            Dist::Pareto(0.2),
+            Dist::Normal(5.0),
+            Dist::Uniform,
+        ] {
             let p = Picker::new(d, 1);
             assert!((0..1000u64).all(|r| p.pick(r.wrapping_mul(0x9E37_79B9_7F4A_7C15)) == 0));
         }
