@@ -116,10 +116,15 @@ int_args! {
     u32_idtype => "idtype": u32,
     u32_id => "id": u32,
     i32_options => "options": i32,
+    u64_val => "val": u64,
+    u64_count => "count": u64,
+    u64_mask => "mask": u64,
+    u32_futex_flags => "futex_flags": u32,
 }
 
 opt_int_args! {
     opt_usize_nbytes => "nbytes": usize,
+    opt_usize_length => "length": usize,
     opt_u32_sq_thread_cpu => "sq_thread_cpu": u32,
     opt_i64_cq_entries => "cq_entries": i64,
     opt_u32_fixed_slot => "fixed_slot": u32,

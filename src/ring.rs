@@ -5,6 +5,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PyList};
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -200,6 +201,13 @@ impl Ring {
                 result = match &slot.owned {
                     Owned::Statx(_, st) => Some(statx_dict(py, st)?.into_any().unbind()),
                     Owned::SigInfo(si) => Some(siginfo_dict(py, si)?.into_any().unbind()),
+                    Owned::Xattr(_, _, v)
+                        if slot.opcode == io_uring::opcode::GetXattr::CODE
+                            || slot.opcode == io_uring::opcode::FGetXattr::CODE =>
+                    {
+                        let n = (d.res as usize).min(v.len());
+                        Some(pyo3::types::PyBytes::new(py, &v[..n]).into_any().unbind())
+                    }
                     Owned::Addr(sa) if slot.opcode == io_uring::opcode::Accept::CODE => {
                         sockaddr_to_py(py, sa)?.map(|a| a.unbind())
                     }
@@ -1938,6 +1946,208 @@ impl Ring {
         )
     }
 
+    /// Queue madvise(2) on the memory of `buf` (a buffer-protocol object: mmap,
+    /// AlignedBuffer…; its start must be page-aligned) — `length` bytes, default all.
+    /// `buf` is kept alive until the completion.
+    #[pyo3(signature = (buf, advice, *, length=None, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn madvise(
+        &mut self,
+        buf: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_advice)] advice: i32,
+        #[pyo3(from_py_with = int::opt_usize_length)] length: Option<usize>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let b = read_only_buffer(buf, "buf")?;
+        let len = io_len(b.len_bytes(), length, "buf")? as usize;
+        let ptr = b.buf_ptr() as *const u8;
+        if !(ptr as usize).is_multiple_of(uringkit_core::buf::page_size()) {
+            return Err(PyValueError::new_err(
+                "madvise: buf must start on a page boundary (use an mmap or an \
+                 AlignedBuffer)",
+            ));
+        }
+        self.queue(
+            op::fs::madvise(ptr, len, advice),
+            Slot::new(user_data, 0, Keep::Buf(b)),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue getxattr(2) of attribute `name` of `path` (fgetxattr with `fd=` instead of
+    /// a path). The completion's `res` is the value's length and `result` the value
+    /// (bytes); `size` bounds it (-ERANGE if larger; Linux caps values at 64 KiB).
+    #[pyo3(signature = (path, name, *, size=65536, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn getxattr(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let p = path_arg(path)?;
+        self.xattr(
+            None,
+            Some(p),
+            name,
+            None,
+            size,
+            0,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue fgetxattr(2): `getxattr` of the open file `fd`.
+    #[pyo3(signature = (fd, name, *, size=65536, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn fgetxattr(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.xattr(
+            Some(fd),
+            None,
+            name,
+            None,
+            size,
+            0,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue setxattr(2): set attribute `name` of `path` to `value` (bytes-like, copied);
+    /// `flags` takes os.XATTR_CREATE / os.XATTR_REPLACE.
+    #[pyo3(signature = (path, name, value, *, flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn setxattr(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let p = path_arg(path)?;
+        self.xattr(
+            None,
+            Some(p),
+            name,
+            Some(value),
+            0,
+            flags,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue fsetxattr(2): `setxattr` on the open file `fd`.
+    #[pyo3(signature = (fd, name, value, *, flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn fsetxattr(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        self.xattr(
+            Some(fd),
+            None,
+            name,
+            Some(value),
+            0,
+            flags,
+            user_data,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a futex2 wait on the 32-bit word at the start of `buf` (a writable buffer,
+    /// 4-byte aligned, kept alive until the completion): it completes with 0 once woken
+    /// (futex_wake, or FUTEX_WAKE from any thread), or -EAGAIN at once if the word is not
+    /// `val`. Kernel 6.7+ (`"futex_wait" in Ring.probe()`).
+    #[pyo3(signature = (buf, val, *, mask=4294967295, futex_flags=130, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn futex_wait(
+        &mut self,
+        buf: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_val)] val: u64,
+        #[pyo3(from_py_with = int::u64_mask)] mask: u64,
+        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let (b, word) = futex_word(buf)?;
+        self.queue(
+            op::futex::wait(word, val, mask, futex_flags),
+            Slot::new(user_data, 0, Keep::Buf(b)),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a futex2 wake of up to `count` waiters of the word at the start of `buf`;
+    /// the completion's `res` is how many were woken.
+    #[pyo3(signature = (buf, count=1, *, mask=4294967295, futex_flags=130, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn futex_wake(
+        &mut self,
+        buf: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_count)] count: u64,
+        #[pyo3(from_py_with = int::u64_mask)] mask: u64,
+        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let (b, word) = futex_word(buf)?;
+        self.queue(
+            op::futex::wake(word, count, mask, futex_flags),
+            Slot::new(user_data, 0, Keep::Buf(b)),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
     /// Queue ftruncate(2) of `fd` to `length` bytes (kernel 6.9+: check `"ftruncate" in
     /// Ring.probe()`).
     #[pyo3(signature = (fd, length, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
@@ -2572,6 +2782,52 @@ impl Ring {
         self.queue_fixed(fd, (b.ptr(), len, b.index), off, read, keep, user_data, o)
     }
 
+    /// Queue one of the four xattr ops: by `fd` or by `path`; `value` set for a set
+    /// (copied), else a get with a `size`-byte buffer for the value.
+    #[allow(clippy::too_many_arguments)]
+    fn xattr(
+        &mut self,
+        fd: Option<FdArg>,
+        path: Option<CString>,
+        name: &Bound<'_, PyAny>,
+        value: Option<&Bound<'_, PyAny>>,
+        size: usize,
+        flags: i32,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        let name = path_arg(name).map_err(|_| {
+            PyValueError::new_err("name must be a str or bytes attribute name (e.g. 'user.tag')")
+        })?;
+        let mut data: Box<[u8]> = match value {
+            Some(v) => {
+                let vb = read_only_buffer(v, "value")?;
+                // SAFETY: the buffer protocol guarantees len_bytes() readable bytes at
+                // buf_ptr() while `vb` (the export) is alive; they are copied at once.
+                unsafe { std::slice::from_raw_parts(vb.buf_ptr() as *const u8, vb.len_bytes()) }
+                    .into()
+            }
+            None => vec![0u8; size].into_boxed_slice(),
+        };
+        let len = u32::try_from(data.len())
+            .map_err(|_| PyValueError::new_err("value/size must be below 4 GiB"))?;
+        let (np, pp, vp) = (
+            name.as_ptr(),
+            path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()),
+            data.as_mut_ptr(),
+        );
+        let e = match (fd, value.is_some()) {
+            (Some(fd), false) => op::xattr::fgetxattr(fd, np, vp, len),
+            (Some(fd), true) => op::xattr::fsetxattr(fd, np, vp, len, flags),
+            (None, false) => op::xattr::getxattr(pp, np, vp, len),
+            (None, true) => op::xattr::setxattr(pp, np, vp, len, flags),
+        };
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        // (the CStrings and the boxed value do not move when the slot does)
+        slot.owned = Owned::Xattr(name, path, data);
+        self.queue(e, slot, o)
+    }
+
     /// Queue READ_FIXED/WRITE_FIXED of `len` bytes at `ptr` in registered buffer `index`
     /// (`buf` = (ptr, len, index); len <= the buffer's size, which the kernel limits to
     /// 1 GiB), the memory held by `keep`.
@@ -2630,6 +2886,25 @@ impl Drop for Ring {
             });
         }
     }
+}
+
+// (the defaults in the signatures above are literals so that Python shows them)
+const _: () = assert!(op::xattr::XATTR_SIZE_MAX == 65536);
+const _: () = assert!(op::futex::FUTEX_BITSET_MATCH_ANY == 4294967295);
+const _: () = assert!(op::futex::FUTEX2_SIZE_U32 | op::futex::FUTEX2_PRIVATE == 130);
+
+/// The futex word at the start of `buf`: a writable, 4-byte aligned buffer of at least
+/// 4 bytes, held (the returned buffer) until the op completes.
+fn futex_word(buf: &Bound<'_, PyAny>) -> PyResult<(PyUntypedBuffer, *const u32)> {
+    let b = writable_buffer(buf, "buf")?;
+    let p = b.buf_ptr() as *const u32;
+    if b.len_bytes() < 4 || !(p as usize).is_multiple_of(4) {
+        return Err(PyValueError::new_err(
+            "buf must be writable memory of at least 4 bytes starting on a 4-byte boundary \
+             (the 32-bit futex word; e.g. a bytearray(4) or an mmap)",
+        ));
+    }
+    Ok((b, p))
 }
 
 fn raw_of(fd: FdArg) -> Option<i32> {

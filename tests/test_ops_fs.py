@@ -178,3 +178,105 @@ def _umask() -> int:
     m = os.umask(0)
     os.umask(m)
     return m
+
+
+def _xattrs_work(p: Path) -> None:
+    try:
+        os.setxattr(p, "user.probe", b"x")
+    except OSError as e:
+        pytest.skip(f"no user xattrs on this filesystem: {e}")
+
+
+def test_xattr_ops(ring: Ring, tmp_path: Path) -> None:
+    """setxattr/getxattr by path and fsetxattr/fgetxattr by fd, through the ring: the
+    get's `result` is the value; missing attribute ENODATA, a too-small size ERANGE, a
+    bad name a ValueError before anything is queued."""
+    import errno
+
+    need_ops("getxattr", "setxattr", "fgetxattr", "fsetxattr")
+    p = tmp_path / "f"
+    p.write_bytes(b"data")
+    _xattrs_work(p)
+    fd = os.open(p, os.O_RDWR)
+    try:
+        value = bytearray(b"v" * 300)
+        ring.setxattr(p, "user.tag", value, user_data=1)
+        del value  # copied when queued
+        ring.fsetxattr(fd, b"user.fd", b"via fd", flags=os.XATTR_CREATE, user_data=2, link=True)
+        ring.getxattr(str(p), "user.tag", user_data=3)
+        ring.fgetxattr(fd, "user.fd", user_data=4)
+        ring.getxattr(p, "user.missing", user_data=5)
+        ring.fgetxattr(fd, "user.tag", size=10, user_data=6)
+        got = {c.user_data: c for c in wait_all(ring, 6)}
+        assert got[1].res == 0 and got[2].res == 0
+        assert got[3].res == 300 and got[3].result == b"v" * 300
+        assert got[4].res == 6 and got[4].result == b"via fd"
+        assert got[5].res == -errno.ENODATA
+        assert got[6].res == -errno.ERANGE
+        assert os.getxattr(p, "user.fd") == b"via fd"
+        ring.fsetxattr(fd, "user.fd", b"again", flags=os.XATTR_CREATE, user_data=7)
+        (c,) = wait_all(ring, 1)
+        assert c.res == -errno.EEXIST
+        with pytest.raises(ValueError, match="attribute name"):
+            ring.getxattr(p, None)  # type: ignore[arg-type]
+        assert ring.pending == 0
+    finally:
+        os.close(fd)
+
+
+def test_madvise(ring: Ring) -> None:
+    """madvise on page-aligned memory (an mmap); memory that does not start on a page
+    boundary is refused with the reason."""
+    import mmap
+
+    need_ops("madvise")
+    m = mmap.mmap(-1, 4 * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        m[:5] = b"hello"
+        ring.madvise(m, mmap.MADV_WILLNEED, user_data=1)
+        ring.madvise(m, mmap.MADV_DONTNEED, length=mmap.PAGESIZE, user_data=2)
+        got = {c.user_data: c.res for c in wait_all(ring, 2)}
+        assert got == {1: 0, 2: 0}
+        assert m[:5] == b"\0" * 5  # DONTNEED on private anonymous memory: zero-filled
+        with pytest.raises(ValueError, match="page boundary"):
+            ring.madvise(memoryview(m)[1:], mmap.MADV_WILLNEED)
+    finally:
+        m.close()
+
+
+def test_futex_wait_and_wake(ring: Ring) -> None:
+    """A futex2 wait completes when a wake for the same word arrives (from the ring or
+    another thread); a word that no longer holds `val` fails the wait with EAGAIN."""
+    import errno
+    import threading
+
+    need_ops("futex_wait", "futex_wake")
+    word = bytearray(8)
+    ring.futex_wait(word, 0, user_data=1)
+    ring.submit()
+    assert ring.wait(1, timeout=0.05) == []  # nobody woke it
+    ring.futex_wake(word, 1, user_data=2)
+    got = {c.user_data: c.res for c in wait_all(ring, 2)}
+    assert got == {1: 0, 2: 1}  # one waiter woken
+    word[0] = 7
+    ring.futex_wait(word, 0, user_data=3)
+    (c,) = wait_all(ring, 1)
+    assert c.res == -errno.EAGAIN
+    # woken from another thread, by a second ring
+    ring.futex_wait(word, 7, user_data=4)
+    ring.submit()
+
+    def waker() -> None:
+        with Ring(4) as other:
+            other.futex_wake(word, user_data=9)
+            other.wait(1, timeout=5)
+
+    t = threading.Thread(target=waker)
+    t.start()
+    (c,) = ring.wait(1, timeout=5)
+    t.join()
+    assert (c.user_data, c.res) == (4, 0)
+    with pytest.raises(ValueError, match="4-byte boundary"):
+        ring.futex_wait(memoryview(word)[1:5], 0)
+    with pytest.raises(ValueError, match="4 bytes"):
+        ring.futex_wake(bytearray(2))

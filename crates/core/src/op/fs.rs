@@ -110,3 +110,8 @@ pub fn fadvise(fd: FdArg, offset: u64, len: i64, advice: i32) -> Entry {
 pub fn ftruncate(fd: FdArg, len: u64) -> Entry {
     with_fd!(fd, |t| opcode::Ftruncate::new(t, len).build())
 }
+
+/// madvise(2) of `len` bytes at `addr` (page-aligned; kernel 5.6+).
+pub fn madvise(addr: *const u8, len: usize, advice: i32) -> Entry {
+    opcode::Madvise::new(addr.cast(), len as libc::off_t, advice).build()
+}

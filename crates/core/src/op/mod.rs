@@ -7,6 +7,7 @@
 
 pub mod cancel;
 pub mod fs;
+pub mod futex;
 pub mod msg;
 pub mod net;
 pub mod nop;
@@ -16,6 +17,7 @@ pub mod rw;
 pub mod splice;
 pub mod sync;
 pub mod timeout;
+pub mod xattr;
 
 use std::ffi::CString;
 
@@ -245,6 +247,9 @@ pub enum Owned {
     Addr(Box<SockAddr>),
     SigInfo(Box<libc::siginfo_t>),
     Msg(Box<MsgStore>),
+    /// An xattr op: its name, the path (None for the f* ops) and the value buffer
+    /// (filled by a get, read by a set).
+    Xattr(CString, Option<CString>, Box<[u8]>),
 }
 
 // SAFETY: the raw pointers inside (iovec bases, msghdr fields) point into memory that the
