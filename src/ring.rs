@@ -1646,18 +1646,31 @@ impl Ring {
         async_: bool,
         skip_success: bool,
     ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let (bufs, iov) = iovecs(buffers, false)?;
-        let addr = address.map(sockaddr_arg).transpose()?.map(Box::new);
-        let msg = msg_store(iov, addr);
-        let p = &msg.hdr as *const libc::msghdr;
-        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
-        slot.owned = Owned::Msg(msg);
-        self.queue(
-            op::net::sendmsg(fd, p, flags),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        self.queue_sendmsg(fd, buffers, address, flags, user_data, o, false)
+    }
+
+    /// Queue sendmsg with zero copy (`sendmsg` + `send_zc`): the buffers are sent from
+    /// where they are; a second completion (`notif=True`) says the kernel is done with
+    /// them, and they are held until it arrives. Kernel 6.1+.
+    #[pyo3(signature = (fd, buffers, address=None, *, flags=0, user_data=0, link=false,
+        hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn sendmsg_zc(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        address: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        self.queue_sendmsg(fd, buffers, address, flags, user_data, o, true)
     }
 
     /// Queue recvmsg into `buffers` (scattered). The completion's `result` is the sender's
@@ -2780,6 +2793,33 @@ impl Ring {
         let len = io_len(b.pool.size, nbytes, "buf")? as usize;
         let keep = Keep::Obj(buf.clone().into_any().unbind());
         self.queue_fixed(fd, (b.ptr(), len, b.index), off, read, keep, user_data, o)
+    }
+
+    /// Queue SENDMSG (or SENDMSG_ZC) of `buffers`, optionally to `address`.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_sendmsg(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        address: Option<&Bound<'_, PyAny>>,
+        flags: u32,
+        user_data: u64,
+        o: SqeOpts,
+        zc: bool,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let (bufs, iov) = iovecs(buffers, false)?;
+        let addr = address.map(sockaddr_arg).transpose()?.map(Box::new);
+        let msg = msg_store(iov, addr);
+        let p = &msg.hdr as *const libc::msghdr;
+        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+        slot.owned = Owned::Msg(msg);
+        let e = if zc {
+            op::net::sendmsg_zc(fd, p, flags)
+        } else {
+            op::net::sendmsg(fd, p, flags)
+        };
+        self.queue(e, slot, o)
     }
 
     /// Queue one of the four xattr ops: by `fd` or by `path`; `value` set for a set

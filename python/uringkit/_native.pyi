@@ -543,6 +543,20 @@ class Ring:
         async_: bool = False,
         skip_success: bool = False,
     ) -> None: ...
+    def sendmsg_zc(
+        self,
+        fd: _Fd,
+        buffers: Iterable[_BufferProtocol],
+        address: _Address | None = None,
+        *,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
     def recvmsg(
         self,
         fd: _Fd,

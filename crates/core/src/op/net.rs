@@ -69,6 +69,11 @@ pub fn sendmsg(fd: FdArg, msg: *const libc::msghdr, flags: u32) -> Entry {
     with_fd!(fd, |t| opcode::SendMsg::new(t, msg).flags(flags).build())
 }
 
+/// sendmsg with zero copy (6.1+): like send_zc, a notification CQE follows.
+pub fn sendmsg_zc(fd: FdArg, msg: *const libc::msghdr, flags: u32) -> Entry {
+    with_fd!(fd, |t| opcode::SendMsgZc::new(t, msg).flags(flags).build())
+}
+
 pub fn recvmsg(fd: FdArg, msg: *mut libc::msghdr, flags: u32) -> Entry {
     with_fd!(fd, |t| opcode::RecvMsg::new(t, msg).flags(flags).build())
 }
