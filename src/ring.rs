@@ -201,6 +201,7 @@ impl Ring {
                 result = match &slot.owned {
                     Owned::Statx(_, st) => Some(statx_dict(py, st)?.into_any().unbind()),
                     Owned::SigInfo(si) => Some(siginfo_dict(py, si)?.into_any().unbind()),
+                    Owned::Fds(f) => Some((f[0], f[1]).into_pyobject(py)?.into_any().unbind()),
                     Owned::Xattr(_, _, v)
                         if slot.opcode == io_uring::opcode::GetXattr::CODE
                             || slot.opcode == io_uring::opcode::FGetXattr::CODE =>
@@ -2157,6 +2158,32 @@ impl Ring {
         self.queue(
             op::futex::wake(word, count, mask, futex_flags),
             Slot::new(user_data, 0, Keep::Buf(b)),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue pipe2(2) (kernel 6.16+: `"pipe" in Ring.probe()`): the completion's
+    /// `result` is `(read_fd, write_fd)`, `res` 0. `flags` takes os.O_CLOEXEC,
+    /// os.O_NONBLOCK, os.O_DIRECT (the descriptors are yours to close).
+    #[pyo3(signature = (*, flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn pipe(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let mut fds = Box::new([-1i32; 2]);
+        let p = fds.as_mut_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Fds(fds);
+        self.queue(
+            op::fs::pipe(p, flags),
+            slot,
             opts(link, hardlink, drain, async_, skip_success),
         )
     }

@@ -280,3 +280,27 @@ def test_futex_wait_and_wake(ring: Ring) -> None:
         ring.futex_wait(memoryview(word)[1:5], 0)
     with pytest.raises(ValueError, match="4 bytes"):
         ring.futex_wake(bytearray(2))
+
+
+def test_pipe(ring: Ring) -> None:
+    """pipe(flags=): the completion's result is (read_fd, write_fd), with the flags
+    applied; bad flags fail with EINVAL."""
+    import errno
+    import fcntl
+
+    need_ops("pipe")
+    ring.pipe(flags=os.O_CLOEXEC | os.O_NONBLOCK, user_data=1)
+    ring.pipe(flags=0x7FFF_0000, user_data=2)
+    got = {c.user_data: c for c in wait_all(ring, 2)}
+    assert got[2].res == -errno.EINVAL and got[2].result is None
+    c = got[1]
+    assert c.res == 0
+    r, w = c.result
+    try:
+        assert os.write(w, b"through the pipe") == 16
+        assert os.read(r, 100) == b"through the pipe"
+        assert fcntl.fcntl(r, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+        assert os.get_blocking(w) is False
+    finally:
+        os.close(r)
+        os.close(w)

@@ -822,6 +822,17 @@ class Ring:
         async_: bool = False,
         skip_success: bool = False,
     ) -> None: ...
+    def pipe(
+        self,
+        *,
+        flags: int = 0,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
     def ftruncate(
         self,
         fd: _Fd,

@@ -115,3 +115,8 @@ pub fn ftruncate(fd: FdArg, len: u64) -> Entry {
 pub fn madvise(addr: *const u8, len: usize, advice: i32) -> Entry {
     opcode::Madvise::new(addr.cast(), len as libc::off_t, advice).build()
 }
+
+/// pipe2(2) (kernel 6.16+): the two descriptors are written to `fds`.
+pub fn pipe(fds: *mut i32, flags: u32) -> Entry {
+    opcode::Pipe::new(fds).flags(flags).build()
+}

@@ -250,6 +250,8 @@ pub enum Owned {
     /// An xattr op: its name, the path (None for the f* ops) and the value buffer
     /// (filled by a get, read by a set).
     Xattr(CString, Option<CString>, Box<[u8]>),
+    /// A pipe op's two descriptors (read end, write end).
+    Fds(Box<[i32; 2]>),
 }
 
 // SAFETY: the raw pointers inside (iovec bases, msghdr fields) point into memory that the

@@ -76,6 +76,11 @@ ops! {
     "ftruncate" => op::Ftruncate, "6.9";
     "bind" => op::Bind, "6.11";
     "listen" => op::Listen, "6.11";
+    "recv_zc" => op::RecvZc, "6.15";
+    "epoll_wait" => op::EpollWait, "6.15";
+    "readv_fixed" => op::ReadvFixed, "6.15";
+    "writev_fixed" => op::WritevFixed, "6.15";
+    "pipe" => op::Pipe, "6.16";
 }
 
 /// Look an opcode up by its uringkit name.
