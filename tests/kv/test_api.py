@@ -555,3 +555,28 @@ def test_async_iterator(tmp_path: Path) -> None:
     got, ks = asyncio.run(go())
     assert got == [(b"k1", b"v1"), (b"k10", b"v10"), (b"k11", b"v11")]
     assert ks == [b"k9", b"k8", b"k7"]
+
+
+def test_delete_range(tmp_path: Path) -> None:
+    """delete_range(prefix=, start=, stop=): every matching key in one atomic batch (gone
+    after a reopen too), the count returned; no bounds at all is refused."""
+    p = tmp_path / "db"
+    with kv.open(p, durability="sync") as db:
+        db.write([(b"a:%03d" % i, b"x") for i in range(300)] + [(b"b:1", b"y"), (b"c", b"z")])
+        assert db.delete_range(prefix=b"a:", start=b"a:100", stop=b"a:200") == 100
+        assert db.delete_range(stop=b"a:050") == 50
+        assert db.delete_range(prefix=b"nothing") == 0
+        with pytest.raises(ValueError, match="needs prefix"):
+            db.delete_range()
+        left = list(db.iterator(include_value=False))
+    with kv.open(p) as db:
+        assert list(db.iterator(include_value=False)) == left
+        assert len(left) == 150 + 2 and left[0] == b"a:050" and b"a:150" not in left
+
+    async def go() -> int:
+        async with kv.open_async(p, durability="sync") as adb:
+            n = await adb.delete_range(prefix=b"a:")
+            assert len(adb) == 2
+            return n
+
+    assert asyncio.run(go()) == 150
