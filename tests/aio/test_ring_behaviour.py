@@ -186,6 +186,38 @@ def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not t.done() or t.cancelled()
 
 
+def test_loop_close_with_pooled_direct_reads_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing a loop while O_DIRECT reads into its ring's read pool are in flight:
+    the ring cancels them and waits for their completions before its registered
+    buffers go; a new loop's ring reads the same data afterwards."""
+    from conftest import PROBED
+
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    monkeypatch.setenv("URINGKIT_ENGINE", "io_uring")
+    p = tmp_path / "d"
+    data = direct_file(p, os.urandom(1 << 20))
+    loop = asyncio.new_event_loop()
+
+    async def start() -> list[asyncio.Task[bytes]]:
+        f = await aio.open(p, "rb", direct=True)
+        tasks = [asyncio.ensure_future(f.read_at(4096, i * 4096)) for i in range(64)]
+        await asyncio.sleep(0)  # all queued and submitted, none reaped
+        return tasks
+
+    tasks = loop.run_until_complete(start())
+    loop.close()
+    assert all(not t.done() or t.cancelled() or t.result() for t in tasks)
+
+    async def again() -> bytes:
+        async with aio.open(p, "rb", direct=True) as f:
+            return await f.read_at(8192, 4096)
+
+    assert asyncio.run(again()) == data[4096 : 4096 + 8192]
+
+
 def test_loop_run_in_a_thread_closed_from_another(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
