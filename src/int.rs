@@ -120,11 +120,15 @@ int_args! {
     u64_count => "count": u64,
     u64_mask => "mask": u64,
     u32_futex_flags => "futex_flags": u32,
+    i32_op => "op": i32,
+    u32_events => "events": u32,
+    u32_maxevents => "maxevents": u32,
 }
 
 opt_int_args! {
     opt_usize_nbytes => "nbytes": usize,
     opt_usize_length => "length": usize,
+    opt_u64_data => "data": u64,
     opt_u32_sq_thread_cpu => "sq_thread_cpu": u32,
     opt_i64_cq_entries => "cq_entries": i64,
     opt_u32_fixed_slot => "fixed_slot": u32,

@@ -202,6 +202,15 @@ impl Ring {
                     Owned::Statx(_, st) => Some(statx_dict(py, st)?.into_any().unbind()),
                     Owned::SigInfo(si) => Some(siginfo_dict(py, si)?.into_any().unbind()),
                     Owned::Fds(f) => Some((f[0], f[1]).into_pyobject(py)?.into_any().unbind()),
+                    Owned::Epoll(evs) if slot.opcode == io_uring::opcode::EpollWait::CODE => {
+                        let n = (d.res as usize).min(evs.len());
+                        // (fields copied out: the struct is packed on x86_64)
+                        let pairs = evs[..n].iter().map(|e| {
+                            let (data, events) = (e.u64, e.events);
+                            (data, events)
+                        });
+                        Some(PyList::new(py, pairs)?.into_any().unbind())
+                    }
                     Owned::Xattr(_, _, v)
                         if slot.opcode == io_uring::opcode::GetXattr::CODE
                             || slot.opcode == io_uring::opcode::FGetXattr::CODE =>
@@ -2158,6 +2167,74 @@ impl Ring {
         self.queue(
             op::futex::wake(word, count, mask, futex_flags),
             Slot::new(user_data, 0, Keep::Buf(b)),
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue epoll_ctl(2) on the epoll set `epfd` (e.g. `select.epoll().fileno()`):
+    /// `op` is uringkit.EpollOp.ADD/MOD/DEL, `events` a mask of select.EPOLLIN… and
+    /// `data` what epoll_wait reports for `fd` (default: `fd`).
+    #[pyo3(signature = (epfd, op, fd, events=0, *, data=None, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn epoll_ctl(
+        &mut self,
+        epfd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_op)] op: i32,
+        #[pyo3(from_py_with = int::i32_fd)] fd: i32,
+        #[pyo3(from_py_with = int::u32_events)] events: u32,
+        #[pyo3(from_py_with = int::opt_u64_data)] data: Option<u64>,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let epfd = fd_arg(epfd, "epfd")?;
+        let ev: Box<[libc::epoll_event]> = Box::new([libc::epoll_event {
+            events,
+            u64: data.unwrap_or(fd as u64),
+        }]);
+        let p = ev.as_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Epoll(ev);
+        self.queue(
+            op::epoll::epoll_ctl(epfd, fd, op, p),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue epoll_wait(2) on `epfd` (kernel 6.15+: `"epoll_wait" in Ring.probe()`): it
+    /// completes when events are ready; `res` is how many and `result` a list of
+    /// `(data, events)` pairs.
+    #[pyo3(signature = (epfd, maxevents=64, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn epoll_wait(
+        &mut self,
+        epfd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_maxevents)] maxevents: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        if maxevents == 0 || maxevents > 65536 {
+            return Err(PyValueError::new_err(format!(
+                "maxevents must be between 1 and 65536 (got {maxevents})"
+            )));
+        }
+        let epfd = fd_arg(epfd, "epfd")?;
+        let mut evs: Box<[libc::epoll_event]> =
+            vec![libc::epoll_event { events: 0, u64: 0 }; maxevents as usize].into_boxed_slice();
+        let p = evs.as_mut_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Epoll(evs);
+        self.queue(
+            op::epoll::epoll_wait(epfd, p, maxevents),
+            slot,
             opts(link, hardlink, drain, async_, skip_success),
         )
     }

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from uringkit import Completion, Ring
+from uringkit import Completion, EpollOp, Ring
 
 from conftest import need_ops, wait_all
 
@@ -211,3 +211,34 @@ def test_sendmsg_zc_notification(ring: Ring, tcp_pair: tuple[socket.socket, sock
     while len(got) < len(want):
         got += b.recv(1 << 20)
     assert got == want and ring.in_flight == 0
+
+
+def test_epoll_ctl_and_wait(ring: Ring) -> None:
+    """An epoll set driven through the ring: EPOLL_CTL_ADD via epoll_ctl (adding twice
+    is EEXIST), then epoll_wait completes once the pipe has data, with (data, events)
+    pairs as its result."""
+    import errno
+    import select
+
+    need_ops("epoll_ctl", "epoll_wait")
+    ep = select.epoll()
+    r, w = os.pipe()
+    try:
+        ring.epoll_ctl(ep, EpollOp.ADD, r, select.EPOLLIN, data=77, user_data=1)
+        (c,) = wait_all(ring, 1)
+        assert c.res == 0
+        ring.epoll_ctl(ep.fileno(), EpollOp.ADD, r, select.EPOLLIN, user_data=2)
+        (c,) = wait_all(ring, 1)
+        assert c.res == -errno.EEXIST
+        ring.epoll_wait(ep, 8, user_data=3)
+        ring.submit()
+        assert ring.wait(1, timeout=0.05) == []  # nothing ready yet
+        os.write(w, b"x")
+        (c,) = ring.wait(1, timeout=5)
+        assert c.res == 1 and c.result == [(77, select.EPOLLIN)]
+        with pytest.raises(ValueError, match="maxevents"):
+            ring.epoll_wait(ep, 0)
+    finally:
+        os.close(r)
+        os.close(w)
+        ep.close()

@@ -22,7 +22,7 @@ from ._native import (
     Ring,
     __version__,
 )
-from .ring import Resolve, aligned_buffer, probe, supported
+from .ring import EpollOp, Resolve, aligned_buffer, probe, supported
 
 __all__ = [
     "AlignedBuffer",
@@ -30,6 +30,7 @@ __all__ = [
     "BufferRing",
     "BufferView",
     "Completion",
+    "EpollOp",
     "Fixed",
     "Resolve",
     "Ring",

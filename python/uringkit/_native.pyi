@@ -822,6 +822,33 @@ class Ring:
         async_: bool = False,
         skip_success: bool = False,
     ) -> None: ...
+    def epoll_ctl(
+        self,
+        epfd: _Fd,
+        op: int,
+        fd: int,
+        events: int = 0,
+        *,
+        data: int | None = None,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
+    def epoll_wait(
+        self,
+        epfd: _Fd,
+        maxevents: int = 64,
+        *,
+        user_data: int = 0,
+        link: bool = False,
+        hardlink: bool = False,
+        drain: bool = False,
+        async_: bool = False,
+        skip_success: bool = False,
+    ) -> None: ...
     def pipe(
         self,
         *,

@@ -34,6 +34,15 @@ class Resolve(enum.IntFlag):
     CACHED = 0x20  # only from the dentry cache (-EAGAIN otherwise)
 
 
+class EpollOp(enum.IntEnum):
+    """epoll_ctl(2)'s `op` (the select module has no names for them), for
+    `Ring.epoll_ctl(epfd, EpollOp.ADD, fd, select.EPOLLIN)`."""
+
+    ADD = 1
+    DEL = 2
+    MOD = 3
+
+
 def aligned_buffer(size: int) -> AlignedBuffer:
     """Page-aligned, zero-filled memory of ``size`` bytes for O_DIRECT I/O.
 

@@ -6,6 +6,7 @@
 //! results) is kept in [`Owned`], whose heap allocations never move while the op is in flight.
 
 pub mod cancel;
+pub mod epoll;
 pub mod fs;
 pub mod futex;
 pub mod msg;
@@ -252,6 +253,8 @@ pub enum Owned {
     Xattr(CString, Option<CString>, Box<[u8]>),
     /// A pipe op's two descriptors (read end, write end).
     Fds(Box<[i32; 2]>),
+    /// epoll_ctl's event, or the array epoll_wait fills.
+    Epoll(Box<[libc::epoll_event]>),
 }
 
 // SAFETY: the raw pointers inside (iovec bases, msghdr fields) point into memory that the
