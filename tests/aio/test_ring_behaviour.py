@@ -373,21 +373,44 @@ def test_read_many_on_direct_file(tmp_path: Path, run: Any) -> None:
     assert err is not None and err.errno == errno.EINVAL and "align" in str(err)
 
 
-def test_direct_aligned_and_misaligned(tmp_path: Path, run: Any) -> None:
+def test_direct_reads_any_range_misaligned_writes_explained(tmp_path: Path, run: Any) -> None:
+    """An O_DIRECT file reads like a buffered one: read_at of any (n, offset), read(),
+    read(n) at any position, iteration, readinto and readinto_at into unaligned memory
+    all read the
+    block-aligned range that covers what was asked (short at end of file). A write
+    cannot do that (it would rewrite neighbouring bytes): a misaligned one is EINVAL
+    with a message that says what must be aligned."""
     p = tmp_path / "d"
-    data = direct_file(p, os.urandom(1 << 16))
+    data = direct_file(p, os.urandom((1 << 16) + 100))
 
     async def go() -> Any:
-        async with await aio.open(p, "rb", direct=True) as f:
-            ok = await f.read_at(8192, 4096)
+        async with aio.open(p, "r+b", direct=True) as f:
+            got = [
+                await f.read_at(8192, 4096),
+                await f.read_at(100, 3),
+                await f.read_at(5000, len(data) - 4000),
+                await f.read_at(10, len(data) + 5),
+            ]
+            whole = await f.read()
+            await f.seek(1000)
+            part = await f.read(3000)
+            await f.seek(0)
+            lines = b"".join([line async for line in f])
+            buf = bytearray(700)
+            await f.seek(333)
+            n = await f.readinto(memoryview(buf)[1:])
+            at = bytearray(50)
+            assert await f.readinto_at(at, 7) == 50 and at == data[7:57]
             try:
-                await f.read_at(100, 3)
+                await f.write_at(b"x" * 100, 3)
             except OSError as e:
-                return ok, e
-        raise AssertionError("misaligned O_DIRECT read succeeded")
+                return got, whole, part, lines, n, bytes(buf[1:]), e
+        raise AssertionError("misaligned O_DIRECT write succeeded")
 
-    ok, err = run(go)
-    assert ok == data[4096 : 4096 + 8192]
+    got, whole, part, lines, n, into, err = run(go)
+    assert got == [data[4096 : 4096 + 8192], data[3:103], data[-4000:], b""]
+    assert whole == data and lines == data and part == data[1000:4000]
+    assert n == 699 and into == data[333 : 333 + 699]
     assert err.errno == errno.EINVAL and "align" in str(err)
 
 

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Generic, TypeVar
 
-from .._native import AlignedBuffer, is_local_fs, pread_nowait
+from .._native import AlignedBuffer, dio_alignment, is_local_fs, pread_nowait
 from ._backend import EARLY_SUBMIT as EARLY
 from ._backend import RingBackend
 
@@ -46,8 +46,9 @@ def _explain_direct(e: OSError, n: int, offset: int) -> OSError:
 
 
 def _give_back(pool: list[Any], buf: Any) -> None:
-    """Return an O_DIRECT read's buffer to its pool (kept to 256 buffers)."""
-    if len(pool) < 256:
+    """Return an O_DIRECT read's buffer to its pool (kept to 256 buffers of up to
+    1 MiB: a whole-file read's buffer is not kept)."""
+    if len(pool) < 256 and len(buf) <= 1 << 20:
         pool.append(buf)
 
 
@@ -135,6 +136,7 @@ class AsyncFile(_Lines[bytes]):
             self._pos = 0
         self._buf = b""  # read-ahead for readline/iteration
         self._pool: dict[int, list[AlignedBuffer]] = {}
+        self._dio_align = 0  # O_DIRECT offset/length alignment, found on first use
         self._buf_at = 0
         # Write buffer (regular files): small writes gather here and go to the kernel in
         # one write of up to `buffer_size` bytes at `_wat`; `_pos` already counts them.
@@ -196,6 +198,10 @@ class AsyncFile(_Lines[bytes]):
             raise self._named(e) from None
 
     async def _pread(self, n: int, offset: int) -> bytes:
+        if self._direct and offset >= 0:
+            # O_DIRECT: aligned memory, and the covering aligned range when (n, offset)
+            # is not block-aligned (read(), readline, iteration at any position)
+            return await self.read_at(n, offset)
         try:
             data: bytes = await self._b.pread(self._fd, n, offset, not self._direct)
         except OSError as e:
@@ -300,6 +306,12 @@ class AsyncFile(_Lines[bytes]):
         mv[: len(head)] = head
         if len(head) == len(mv):
             return len(head)
+        if self._direct and not self._stream:
+            # (the caller's memory need not be aligned: read aligned, then copy)
+            data = await self.read_at(len(mv) - len(head), self._pos)
+            mv[len(head) : len(head) + len(data)] = data
+            self._pos += len(data)
+            return len(head) + len(data)
         try:
             n: int = await self._b.preadinto(
                 self._fd, mv[len(head) :], self._at(self._pos), not self._direct
@@ -474,8 +486,33 @@ class AsyncFile(_Lines[bytes]):
                 return await self._b.pread(self._fd, n, offset, False)  # type: ignore[no-any-return]
             except OSError as e:
                 raise self._named(e) from None
-        # O_DIRECT, inlined (this is the hot path of direct-I/O servers). On the ring: a
-        # buffer of its read pool, the bytes copied out natively by dispatch.
+        a = self._dio_align or self._find_dio_align()
+        if offset % a or n % a:
+            return await self._read_unaligned(n, offset, a)
+        return await self._read_direct(n, offset)
+
+    def _find_dio_align(self) -> int:
+        """The offset/length alignment O_DIRECT needs on this file (statx's
+        dio_offset_align where the kernel reports it, else 512)."""
+        al = dio_alignment(self._fd)
+        self._dio_align = al[1] if al and al[1] > 0 else 512
+        return self._dio_align
+
+    async def _read_unaligned(self, n: int, offset: int, a: int) -> bytes:
+        """An O_DIRECT read of a range that is not block-aligned: the aligned range that
+        covers it is read and the asked-for part returned (RocksDB's direct reads do the
+        same), so any (n, offset) works, as on a buffered file."""
+        if n == 0:
+            return b""
+        start = offset - offset % a
+        end = -(-(offset + n) // a) * a
+        data = await self._read_direct(end - start, start)
+        return data[offset - start : offset - start + n]
+
+    async def _read_direct(self, n: int, offset: int) -> bytes:
+        """`n` bytes at `offset` of an O_DIRECT file, both block-aligned."""
+        # (the hot path of direct-I/O servers). On the ring: a buffer of its read pool,
+        # the bytes copied out natively by dispatch.
         b = self._b
         ring = type(b) is RingBackend and not b.closed
         if ring:
@@ -494,7 +531,12 @@ class AsyncFile(_Lines[bytes]):
                 if type(r) is bytes:
                     if len(r) == n or not r:
                         return r
-                    return r + await self.read_at(n - len(r), offset + len(r))  # short
+                    # short: at end of file (a direct read stops there, mid-block), or
+                    # continue with the next blocks
+                    end = offset + len(r)
+                    if end % (self._dio_align or 512) or os.fstat(self._fd).st_size <= end:
+                        return r
+                    return r + await self._read_direct(n - len(r), end)
                 failed = OSError(-r.res, r.message or os.strerror(-r.res))
                 raise _explain_direct(failed, n, offset) from None
         # no pool buffer (none free, larger reads, another engine): an aligned buffer
@@ -513,7 +555,9 @@ class AsyncFile(_Lines[bytes]):
         return data
 
     async def readinto_at(self, buf: Any, offset: int) -> int:
-        """preadv into `buf`: the number of bytes read; the position does not move."""
+        """preadv into `buf`: the number of bytes read; the position does not move.
+        On an O_DIRECT file, aligned memory, length and offset are read into directly;
+        anything else goes through an aligned buffer (then copied), as read_at does."""
         self._check("r")
         if offset < 0:
             raise bad_range(offset)
@@ -526,7 +570,13 @@ class AsyncFile(_Lines[bytes]):
         except OSError as e:
             if not self._direct:
                 raise self._named(e) from None
-            raise _explain_direct(e, len(memoryview(buf)), offset) from None
+            if e.errno != errno.EINVAL:
+                raise _explain_direct(e, len(memoryview(buf)), offset) from None
+        # O_DIRECT refused the caller's memory or range: read aligned, copy
+        mv = memoryview(buf).cast("B")
+        data = await self.read_at(len(mv), offset)
+        mv[: len(data)] = data
+        return len(data)
 
     async def write_at(self, data: Any, offset: int) -> int:
         """pwrite: all of `data` at `offset` (or raise); the position does not move."""
