@@ -875,7 +875,8 @@ impl Ring {
 
     /// Queue a read of up to `nbytes` (default: len(buf)) into `buf` at `offset` (-1: the
     /// current file position). With `buffer_ring=` and no `buf`, the kernel picks a provided
-    /// buffer (completion.buffer_id). Result: bytes read (0 at EOF).
+    /// buffer (completion.buffer_id). Result: bytes read (0 at EOF). A `buf` that is one of
+    /// this ring's registered Buffers is read with READ_FIXED (as read_fixed would).
     /// `multishot=True` (with `buffer_ring`, kernel 6.7+, on a pipe, socket, eventfd or
     /// tty): one completion (`more=True`) per chunk that arrives, until end of file, an
     /// error, ENOBUFS or cancellation.
@@ -935,6 +936,12 @@ impl Ring {
                 self.queue(e, slot, o)
             }
             (Some(b), None) => {
+                if let Some((fb, len)) = self.own_buffer(b, nbytes, rw_flags)? {
+                    // one of this ring's registered Buffers: READ_FIXED, no page pinning
+                    let (ptr, index) = (fb.get().ptr(), fb.get().index);
+                    let keep = Keep::Obj(b.clone().unbind());
+                    return self.queue_fixed(fd, (ptr, len, index), off, true, keep, user_data, o);
+                }
                 let pb = writable_buffer(b, "buf")?;
                 let len = io_len(pb.len_bytes(), nbytes, "buf")?;
                 let ptr = pb.buf_ptr() as *mut u8;
@@ -952,7 +959,8 @@ impl Ring {
     }
 
     /// Queue a write of `data` (or its first `nbytes`) at `offset` (-1: current position,
-    /// or the end for O_APPEND). Result: bytes written (may be short).
+    /// or the end for O_APPEND). Result: bytes written (may be short). `data` that is one
+    /// of this ring's registered Buffers is written with WRITE_FIXED.
     /// `rw_flags`: pwritev2's `os.RWF_*` flags (e.g. `RWF_DSYNC`: durable on completion,
     /// like the write followed by fdatasync, in one SQE).
     #[pyo3(signature = (fd, data, offset=-1, *, nbytes=None, user_data=0, link=false,
@@ -974,6 +982,13 @@ impl Ring {
     ) -> PyResult<()> {
         let fd = fd_arg(fd, "fd")?;
         let off = offset_arg(offset)?;
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        if let Some((fb, len)) = self.own_buffer(data, nbytes, rw_flags)? {
+            // one of this ring's registered Buffers: WRITE_FIXED, no page pinning
+            let (ptr, index) = (fb.get().ptr(), fb.get().index);
+            let keep = Keep::Obj(data.clone().unbind());
+            return self.queue_fixed(fd, (ptr, len, index), off, false, keep, user_data, o);
+        }
         let pb = read_only_buffer(data, "data")?;
         let len = io_len(pb.len_bytes(), nbytes, "data")?;
         let ptr = pb.buf_ptr() as *const u8;
@@ -985,11 +1000,7 @@ impl Ring {
             offset: off,
             buf_group: None,
         };
-        self.queue(
-            op::rw::write(fd, ptr, len, off, rw_flags),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
+        self.queue(op::rw::write(fd, ptr, len, off, rw_flags), slot, o)
     }
 
     /// Queue a vectored read into each of `buffers` in turn (preadv).
@@ -2897,6 +2908,27 @@ impl Ring {
         let len = io_len(b.pool.size, nbytes, "buf")? as usize;
         let keep = Keep::Obj(buf.clone().into_any().unbind());
         self.queue_fixed(fd, (b.ptr(), len, b.index), off, read, keep, user_data, o)
+    }
+
+    /// `buf` as one of this ring's registered Buffers (and the length to transfer), when
+    /// it is one and no rw_flags ask for what only READ/WRITE take: read() and write()
+    /// then queue READ_FIXED/WRITE_FIXED themselves.
+    fn own_buffer<'py>(
+        &self,
+        buf: &Bound<'py, PyAny>,
+        nbytes: Option<usize>,
+        rw_flags: i32,
+    ) -> PyResult<Option<(Bound<'py, Buffer>, usize)>> {
+        if rw_flags != 0 {
+            return Ok(None);
+        }
+        match buf.cast::<Buffer>() {
+            Ok(fb) if self.fixed_buffer(fb).is_ok() => {
+                let len = io_len(fb.get().pool.size, nbytes, "buf")? as usize;
+                Ok(Some((fb.clone(), len)))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Queue SENDMSG (or SENDMSG_ZC) of `buffers`, optionally to `address`.

@@ -145,3 +145,30 @@ def test_memlock_limit_explained() -> None:
     assert out.returncode == 0, out.stderr
     msg = out.stdout
     assert "RLIMIT_MEMLOCK" in msg and "ulimit -l" in msg, msg
+
+
+def test_read_and_write_use_fixed_ops_for_own_buffers(tmp_path: Path) -> None:
+    """read()/write() given one of the ring's registered Buffers queue READ_FIXED /
+    WRITE_FIXED themselves (no page pinning per op; the same bytes); another ring's
+    Buffer, or rw_flags (which only READ/WRITE take), go as plain READ/WRITE."""
+    p = tmp_path / "f"
+    p.write_bytes(bytes(range(256)) * 64)
+    fd = os.open(p, os.O_RDWR)
+    try:
+        with Ring(8) as ring, Ring(4) as other:
+            (mine,) = ring.register_buffers(1, 4096)
+            (theirs,) = other.register_buffers(1, 4096)
+            ring.read(fd, mine, 256, user_data=1)
+            ring.read(fd, theirs, 512, nbytes=100, user_data=2)
+            got = {c.user_data: c for c in ring.wait(2, timeout=5)}
+            assert got[1].op == "read_fixed" and got[1].res == 4096
+            assert got[2].op == "read" and got[2].res == 100
+            assert bytes(theirs)[:100] == (bytes(range(256)) * 2)[:100]
+            memoryview(mine)[:4] = b"ABCD"
+            ring.write(fd, mine, 8192, nbytes=4, user_data=4)
+            ring.write(fd, mine, 8196, nbytes=4, rw_flags=os.RWF_DSYNC, user_data=5)
+            got |= {c.user_data: c for c in ring.wait(2, timeout=5)}
+            assert got[4].op == "write_fixed" and got[5].op == "write"
+            assert os.pread(fd, 8, 8192) == b"ABCDABCD"
+    finally:
+        os.close(fd)
