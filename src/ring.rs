@@ -5,7 +5,6 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PyList};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -2013,8 +2012,9 @@ impl Ring {
         )
     }
 
-    /// Queue getxattr(2) of attribute `name` of `path` (fgetxattr with `fd=` instead of
-    /// a path). The completion's `res` is the value's length and `result` the value
+    /// Queue getxattr(2) of attribute `name` of `path` — a path, or an open file (int
+    /// fd, `Fixed`, or an object with fileno()) for fgetxattr, as os.getxattr takes
+    /// either. The completion's `res` is the value's length and `result` the value
     /// (bytes); `size` bounds it (-ERANGE if larger; Linux caps values at 64 KiB).
     #[pyo3(signature = (path, name, *, size=65536, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
     #[allow(clippy::too_many_arguments)]
@@ -2030,49 +2030,13 @@ impl Ring {
         async_: bool,
         skip_success: bool,
     ) -> PyResult<()> {
-        let p = path_arg(path)?;
-        self.xattr(
-            None,
-            Some(p),
-            name,
-            None,
-            size,
-            0,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        self.xattr(path, name, Err(size), user_data, o)
     }
 
-    /// Queue fgetxattr(2): `getxattr` of the open file `fd`.
-    #[pyo3(signature = (fd, name, *, size=65536, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn fgetxattr(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        name: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::usize_size)] size: usize,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.xattr(
-            Some(fd),
-            None,
-            name,
-            None,
-            size,
-            0,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue setxattr(2): set attribute `name` of `path` to `value` (bytes-like, copied);
-    /// `flags` takes os.XATTR_CREATE / os.XATTR_REPLACE.
+    /// Queue setxattr(2): set attribute `name` of `path` (a path or an open file, as
+    /// os.setxattr) to `value` (bytes-like, copied); `flags` takes os.XATTR_CREATE /
+    /// os.XATTR_REPLACE.
     #[pyo3(signature = (path, name, value, *, flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
     #[allow(clippy::too_many_arguments)]
     fn setxattr(
@@ -2088,46 +2052,8 @@ impl Ring {
         async_: bool,
         skip_success: bool,
     ) -> PyResult<()> {
-        let p = path_arg(path)?;
-        self.xattr(
-            None,
-            Some(p),
-            name,
-            Some(value),
-            0,
-            flags,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue fsetxattr(2): `setxattr` on the open file `fd`.
-    #[pyo3(signature = (fd, name, value, *, flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn fsetxattr(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        name: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.xattr(
-            Some(fd),
-            None,
-            name,
-            Some(value),
-            0,
-            flags,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        self.xattr(path, name, Ok((value, flags)), user_data, o)
     }
 
     /// Queue a futex2 wait on the 32-bit word at the start of `buf` (a writable buffer,
@@ -2958,32 +2884,39 @@ impl Ring {
         self.queue(e, slot, o)
     }
 
-    /// Queue one of the four xattr ops: by `fd` or by `path`; `value` set for a set
-    /// (copied), else a get with a `size`-byte buffer for the value.
-    #[allow(clippy::too_many_arguments)]
+    /// Queue one of the four xattr ops: by file when `target` is an fd (int, Fixed,
+    /// fileno()), else by path; `what` is Ok((value, flags)) for a set (the value
+    /// copied), Err(size) for a get into a `size`-byte buffer.
     fn xattr(
         &mut self,
-        fd: Option<FdArg>,
-        path: Option<CString>,
+        target: &Bound<'_, PyAny>,
         name: &Bound<'_, PyAny>,
-        value: Option<&Bound<'_, PyAny>>,
-        size: usize,
-        flags: i32,
+        what: Result<(&Bound<'_, PyAny>, i32), usize>,
         user_data: u64,
         o: SqeOpts,
     ) -> PyResult<()> {
+        let by_path = target.is_instance_of::<pyo3::types::PyString>()
+            || target.is_instance_of::<pyo3::types::PyBytes>()
+            || target.hasattr(pyo3::intern!(target.py(), "__fspath__"))?;
+        let (fd, path) = if by_path {
+            (None, Some(path_arg(target)?))
+        } else {
+            (Some(fd_arg(target, "path")?), None)
+        };
         let name = path_arg(name).map_err(|_| {
             PyValueError::new_err("name must be a str or bytes attribute name (e.g. 'user.tag')")
         })?;
-        let mut data: Box<[u8]> = match value {
-            Some(v) => {
+        let (mut data, flags): (Box<[u8]>, i32) = match what {
+            Ok((v, flags)) => {
                 let vb = read_only_buffer(v, "value")?;
                 // SAFETY: the buffer protocol guarantees len_bytes() readable bytes at
                 // buf_ptr() while `vb` (the export) is alive; they are copied at once.
-                unsafe { std::slice::from_raw_parts(vb.buf_ptr() as *const u8, vb.len_bytes()) }
-                    .into()
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(vb.buf_ptr() as *const u8, vb.len_bytes())
+                };
+                (bytes.into(), flags)
             }
-            None => vec![0u8; size].into_boxed_slice(),
+            Err(size) => (vec![0u8; size].into_boxed_slice(), 0),
         };
         let len = u32::try_from(data.len())
             .map_err(|_| PyValueError::new_err("value/size must be below 4 GiB"))?;
@@ -2992,7 +2925,7 @@ impl Ring {
             path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()),
             data.as_mut_ptr(),
         );
-        let e = match (fd, value.is_some()) {
+        let e = match (fd, what.is_ok()) {
             (Some(fd), false) => op::xattr::fgetxattr(fd, np, vp, len),
             (Some(fd), true) => op::xattr::fsetxattr(fd, np, vp, len, flags),
             (None, false) => op::xattr::getxattr(pp, np, vp, len),

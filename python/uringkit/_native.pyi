@@ -742,20 +742,7 @@ class Ring:
     ) -> None: ...
     def getxattr(
         self,
-        path: _Path,
-        name: _Path,
-        *,
-        size: int = 65536,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
-    ) -> None: ...
-    def fgetxattr(
-        self,
-        fd: _Fd,
+        path: _Path | _Fd,
         name: _Path,
         *,
         size: int = 65536,
@@ -768,21 +755,7 @@ class Ring:
     ) -> None: ...
     def setxattr(
         self,
-        path: _Path,
-        name: _Path,
-        value: _BufferProtocol,
-        *,
-        flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
-    ) -> None: ...
-    def fsetxattr(
-        self,
-        fd: _Fd,
+        path: _Path | _Fd,
         name: _Path,
         value: _BufferProtocol,
         *,

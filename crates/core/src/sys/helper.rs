@@ -216,69 +216,33 @@ pub unsafe fn read_many_shared(fd: i32, reqs: &[(*mut u8, usize, u64)]) -> Vec<i
 
 #[cfg(test)]
 mod tests {
+    use crate::sys::nowait::testing::{check_reads, data_file};
     use std::os::fd::AsRawFd;
 
     #[test]
     fn shared_batches_read_what_one_thread_reads() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
-        std::fs::write(&p, &data).unwrap();
-        let f = std::fs::File::open(&p).unwrap();
-        for n in [1usize, 15, 16, 17, 64, 333] {
+        let (_dir, f, data) = data_file(1_000_000, 253);
+        for n in [1u64, 15, 16, 17, 64, 333] {
             for _ in 0..20 {
-                let mut bufs = vec![vec![0u8; 4096]; n];
-                let offs: Vec<u64> = (0..n as u64).map(|i| (i * 7919 * 13) % 1_002_000).collect();
-                let reqs: Vec<(*mut u8, usize, u64)> = bufs
-                    .iter_mut()
-                    .zip(&offs)
-                    .map(|(b, &o)| (b.as_mut_ptr(), 4096, o))
-                    .collect();
-                // SAFETY: every buffer lives in `bufs` until after the call.
-                let res = unsafe { super::read_many_shared(f.as_raw_fd(), &reqs) };
-                assert_eq!(res.len(), n);
-                for ((r, b), &o) in res.iter().zip(&bufs).zip(&offs) {
-                    let o = o as usize;
-                    let want = &data[o.min(data.len())..(o + 4096).min(data.len())];
-                    assert_eq!(*r, want.len() as i64, "offset {o}");
-                    assert_eq!(&b[..want.len()], want, "offset {o}");
-                }
+                let offs: Vec<u64> = (0..n).map(|i| (i * 7919 * 13) % 1_002_000).collect();
+                check_reads(super::read_many_shared, f.as_raw_fd(), &data, &offs, 4096);
             }
         }
     }
 
     #[test]
     fn batches_from_many_threads_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
-        std::fs::write(&p, &data).unwrap();
-        let f = std::fs::File::open(&p).unwrap();
+        let (_dir, f, data) = data_file(300_000, 241);
         let fd = f.as_raw_fd();
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let data = &data;
                 s.spawn(move || {
                     for k in 0..50u64 {
-                        let mut bufs = vec![vec![0u8; 512]; 40];
-                        let reqs: Vec<(*mut u8, usize, u64)> = bufs
-                            .iter_mut()
-                            .enumerate()
-                            .map(|(i, b)| {
-                                (
-                                    b.as_mut_ptr(),
-                                    512,
-                                    (t * 1000 + k * 40 + i as u64) * 512 % 299_000,
-                                )
-                            })
+                        let offs: Vec<u64> = (0..40u64)
+                            .map(|i| (t * 1000 + k * 40 + i) * 512 % 299_000)
                             .collect();
-                        // SAFETY: every buffer lives in `bufs` until after the call.
-                        let res = unsafe { super::read_many_shared(fd, &reqs) };
-                        for ((r, b), q) in res.iter().zip(&bufs).zip(&reqs) {
-                            let o = q.2 as usize;
-                            assert_eq!(*r, 512);
-                            assert_eq!(&b[..], &data[o..o + 512]);
-                        }
+                        check_reads(super::read_many_shared, fd, data, &offs, 512);
                     }
                 });
             }

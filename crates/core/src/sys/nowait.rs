@@ -120,29 +120,50 @@ fn submit_chunk(
 }
 
 #[cfg(test)]
+pub(crate) mod testing {
+    /// A temporary file of `n` bytes (`i % m` at offset i): its directory (keep it
+    /// alive), the open file, and the contents.
+    pub fn data_file(n: u32, m: u32) -> (tempfile::TempDir, std::fs::File, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..n).map(|i| (i % m) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        (dir, f, data)
+    }
+
+    /// The reader under test: `read_many` or one built on it.
+    pub type Reader = unsafe fn(i32, &[(*mut u8, usize, u64)]) -> Vec<i64>;
+
+    /// Read `len` bytes at each of `offs` of `fd` (whose contents are `data`) with
+    /// `read`, into fresh buffers, and check every result (short at the end of data).
+    pub fn check_reads(read: Reader, fd: i32, data: &[u8], offs: &[u64], len: usize) {
+        let mut bufs = vec![vec![0u8; len]; offs.len()];
+        let reqs: Vec<(*mut u8, usize, u64)> = bufs
+            .iter_mut()
+            .zip(offs)
+            .map(|(b, &o)| (b.as_mut_ptr(), len, o))
+            .collect();
+        // SAFETY: every buffer lives in `bufs` until after the call.
+        let res = unsafe { read(fd, &reqs) };
+        assert_eq!(res.len(), offs.len());
+        for ((r, b), &o) in res.iter().zip(&bufs).zip(offs) {
+            let o = (o as usize).min(data.len());
+            let want = &data[o..(o + len).min(data.len())];
+            assert_eq!(*r, want.len() as i64, "offset {o}");
+            assert_eq!(&b[..want.len()], want, "offset {o}");
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     #[test]
     fn cached_reads_and_eof() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&p, &data).unwrap();
-        let f = std::fs::File::open(&p).unwrap();
+        let (_dir, f, data) = super::testing::data_file(20_000, 251);
         use std::os::fd::AsRawFd;
-        let mut bufs = vec![vec![0u8; 4096]; 100];
-        let reqs: Vec<(*mut u8, usize, u64)> = bufs
-            .iter_mut()
-            .enumerate()
-            .map(|(i, b)| (b.as_mut_ptr(), 4096, (i as u64 * 997) % 20_000))
-            .collect();
-        // SAFETY: every buffer lives in `bufs` until after the call.
-        let res = unsafe { super::read_many(f.as_raw_fd(), &reqs) };
-        for (i, r) in res.iter().enumerate() {
-            let off = (i * 997) % 20_000;
-            let want = (20_000 - off).min(4096);
-            assert_eq!(*r, want as i64, "read {i}");
-            assert_eq!(&bufs[i][..want], &data[off..off + want]);
-        }
+        let offs: Vec<u64> = (0..100u64).map(|i| (i * 997) % 20_000).collect();
+        super::testing::check_reads(super::read_many, f.as_raw_fd(), &data, &offs, 4096);
     }
 }
 
