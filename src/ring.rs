@@ -592,10 +592,12 @@ impl Ring {
         }
     }
 
-    /// Hand every queued SQE to the kernel; returns how many it took.
-    fn submit(&mut self) -> PyResult<usize> {
-        self.core()?
-            .submit()
+    /// Hand every queued SQE to the kernel; returns how many it took. The GIL is
+    /// released meanwhile: ops that complete inline (page-cache reads, opens, statx…)
+    /// run inside this call, and other threads run while they do.
+    fn submit(&mut self, py: Python<'_>) -> PyResult<usize> {
+        let core = self.core()?;
+        py.detach(|| core.submit())
             .map_err(|e| io_error(e, "io_uring_enter (submit)"))
     }
 
@@ -2408,7 +2410,14 @@ impl Ring {
     /// together and waited for with the GIL released; returns each read's result in
     /// order (bytes read, or -errno). If `buf` is a registered `Buffer`, read_fixed is
     /// used. This is the MultiGet pattern: one round trip for many small reads.
-    #[pyo3(signature = (fd, buf, offsets, size))]
+    ///
+    /// With `helper=True` (the default), a batch of 16 or more reads of a plain fd (not
+    /// `Fixed`, not O_DIRECT) on a ring without SQPOLL/IOPOLL is shared with uringkit's
+    /// read helper thread, which reads the page-cache hits of its share on a second
+    /// core; anything it could not read whole is redone on this ring, so the results
+    /// are the same. `helper=False` (or `URINGKIT_READ_HELPER=0`) keeps every read on
+    /// this ring.
+    #[pyo3(signature = (fd, buf, offsets, size, *, helper=true))]
     fn read_batch(
         &mut self,
         py: Python<'_>,
@@ -2416,8 +2425,9 @@ impl Ring {
         buf: &Bound<'_, PyAny>,
         offsets: Vec<i64>,
         #[pyo3(from_py_with = int::usize_size)] size: usize,
+        helper: bool,
     ) -> PyResult<Vec<i32>> {
-        self.batch(py, fd, buf, offsets, size, true)
+        self.batch(py, fd, buf, offsets, size, true, helper)
     }
 
     /// Write `len(offsets)` blocks of `size` bytes from `buf` (block i to file offset
@@ -2431,7 +2441,7 @@ impl Ring {
         offsets: Vec<i64>,
         #[pyo3(from_py_with = int::usize_size)] size: usize,
     ) -> PyResult<Vec<i32>> {
-        self.batch(py, fd, buf, offsets, size, false)
+        self.batch(py, fd, buf, offsets, size, false, false)
     }
 
     // ----- registration ----------------------------------------------------------------
@@ -2684,6 +2694,7 @@ impl Ring {
         offsets: Vec<i64>,
         size: usize,
         read: bool,
+        helper: bool,
     ) -> PyResult<Vec<i32>> {
         let fd = fd_arg(fd, "fd")?;
         let n = offsets.len();
@@ -2724,32 +2735,93 @@ impl Ring {
         let shared = Arc::new(pb);
         self.batches += 1;
         let id = self.batches;
-        for (i, off) in offs.iter().enumerate() {
+        let mut results = vec![i32::MIN; n];
+        let mut remaining = n;
+        // A large batch of reads of a plain fd on a plain ring is shared with the read
+        // helper thread (a second core copying pages; see uringkit_core::sys::helper):
+        // this thread queues the chunks it claims on this ring, the helper reads the
+        // others on its own without waiting for the disk. What the helper did not read
+        // whole (not cached, end of file, an error) is redone here, so results are what
+        // this ring alone would give.
+        let share_fd = match fd {
+            FdArg::Raw(raw)
+                if read
+                    && helper
+                    && n >= uringkit_core::sys::helper::MIN_BATCH
+                    && !self.cfg.sqpoll
+                    && !self.cfg.iopoll
+                    && !is_direct(raw) =>
+            {
+                Some(raw)
+            }
+            _ => None,
+        };
+        let reqs: Vec<(*mut u8, usize, u64)> = match share_fd {
+            // SAFETY: i * size + size <= need <= the buffer's length (checked above).
+            Some(_) => (0..n)
+                .map(|i| (unsafe { base.add(i * size) }, size, offs[i]))
+                .collect(),
+            None => Vec::new(),
+        };
+        // SAFETY: every request is a distinct block of `buf`, which `shared` keeps alive
+        // (and nothing else uses) until the sharing is finished below — also on an early
+        // error return, where dropping it waits for the helper.
+        let sharing =
+            share_fd.and_then(|raw| unsafe { uringkit_core::sys::helper::share(raw, &reqs) });
+        let one = |i: usize| {
             // SAFETY: i * size + size <= need <= the buffer's length (checked above).
             let p = unsafe { base.add(i * size) };
             let e = match (read, fixed_index) {
-                (true, None) => op::rw::read(fd, p, size32, *off, 0),
-                (false, None) => op::rw::write(fd, p, size32, *off, 0),
-                (true, Some(ix)) => op::rw::read_fixed(fd, p, size32, ix, *off),
-                (false, Some(ix)) => op::rw::write_fixed(fd, p, size32, ix, *off),
+                (true, None) => op::rw::read(fd, p, size32, offs[i], 0),
+                (false, None) => op::rw::write(fd, p, size32, offs[i], 0),
+                (true, Some(ix)) => op::rw::read_fixed(fd, p, size32, ix, offs[i]),
+                (false, Some(ix)) => op::rw::write_fixed(fd, p, size32, ix, offs[i]),
             };
             let mut slot = Slot::new(i as u64, 0, Keep::Batch(shared.clone(), id));
             slot.io = IoInfo {
                 fd: raw_of(fd),
                 addr: p as u64,
                 len: size as u64,
-                offset: *off,
+                offset: offs[i],
                 buf_group: None,
             };
-            self.queue(e, slot, SqeOpts::default())?;
+            (e, slot)
+        };
+        match sharing {
+            Some(s) => {
+                while let Some(r) = s.claim() {
+                    for i in r {
+                        let (e, slot) = one(i);
+                        self.queue(e, slot, SqeOpts::default())?;
+                    }
+                    let core = self.core()?;
+                    py.detach(|| core.submit())
+                        .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
+                }
+                for (i, r) in s.finish().into_iter().enumerate() {
+                    if r == size as i64 {
+                        results[i] = r as i32;
+                        remaining -= 1;
+                    } else if r != uringkit_core::sys::helper::CALLERS {
+                        let (e, slot) = one(i);
+                        self.queue(e, slot, SqeOpts::default())?;
+                    }
+                }
+            }
+            None => {
+                for i in 0..n {
+                    let (e, slot) = one(i);
+                    self.queue(e, slot, SqeOpts::default())?;
+                }
+            }
         }
         drop(shared);
-        let mut results = vec![i32::MIN; n];
-        let mut remaining = n;
         let mut out: Vec<Done<Keep>> = Vec::with_capacity(n);
         let mut others = Vec::new();
         let core = self.core()?;
-        core.submit()
+        // GIL released: page-cache hits are copied inside this call, and other threads
+        // (another ring's batch included) can run meanwhile
+        py.detach(|| core.submit())
             .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
         while remaining > 0 {
             out.clear();
@@ -3014,6 +3086,14 @@ fn futex_word(buf: &Bound<'_, PyAny>) -> PyResult<(PyUntypedBuffer, *const u32)>
         ));
     }
     Ok((b, p))
+}
+
+/// Whether `fd` was opened with O_DIRECT (its reads go to the device: nothing for the
+/// read helper to copy).
+fn is_direct(fd: i32) -> bool {
+    // SAFETY: F_GETFL only reads the descriptor's flags; a bad fd gives -1.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl == -1 || fl & libc::O_DIRECT != 0
 }
 
 fn raw_of(fd: FdArg) -> Option<i32> {

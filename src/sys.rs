@@ -69,6 +69,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pread_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(pread_nowait_many, m)?)?;
     m.add_function(wrap_pyfunction!(read_cached_many, m)?)?;
+    m.add_function(wrap_pyfunction!(read_helper_chunks, m)?)?;
     Ok(())
 }
 
@@ -255,6 +256,13 @@ fn pread_nowait_many(
         at += len;
     }
     Ok(out)
+}
+
+/// How many chunks of shared read batches (`Ring.read_batch`, `aio.read_many`) the read
+/// helper thread has read in this process: 0 when it never took part.
+#[pyfunction]
+fn read_helper_chunks() -> u64 {
+    uringkit_core::sys::helper::chunks_read()
 }
 
 /// Read every `(offset, n)` range of `fd` that the page cache holds, in one system call

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from uringkit import Ring
+from uringkit import Fixed, Ring
 
 from conftest import need_ops, wait_all
 
@@ -217,3 +217,113 @@ def test_write_batch(ring: Ring, tmp_path: Path) -> None:
         assert ring.write_batch(fd, src, [], 100) == []
     finally:
         os.close(fd)
+
+
+def _batch_file(tmp_path: Path, size: int) -> tuple[int, bytes]:
+    data = os.urandom(size)
+    p = tmp_path / "batch.bin"
+    p.write_bytes(data)
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    return fd, data
+
+
+def _check_batch(ring: Ring, fd: int, data: bytes, offs: list[int], size: int) -> None:
+    """read_batch with and without the helper: the results and the bytes both ways are
+    what the file holds (short at its end, empty past it)."""
+    got = {}
+    for helper in (True, False):
+        buf = bytearray(size * len(offs))
+        res = ring.read_batch(fd, buf, offs, size, helper=helper)
+        assert res == [max(0, min(size, len(data) - o)) for o in offs], (helper, size)
+        for i, o in enumerate(offs):
+            assert buf[i * size : i * size + res[i]] == data[o : o + res[i]], (helper, i)
+        got[helper] = (res, bytes(buf))
+    assert got[True] == got[False]
+    assert ring.in_flight == 0
+
+
+def test_read_batch_helper_same_results(ring: Ring, tmp_path: Path) -> None:
+    """Large batches of a plain fd are shared with the read helper thread; every shape
+    (batch sizes around the 16-read threshold, odd block sizes, reads at and past the
+    end of the file) gives what the ring alone gives."""
+    need_ops("read")
+    fd, data = _batch_file(tmp_path, 1_000_000 + 333)
+    try:
+        os.pread(fd, len(data), 0)  # cached: the helper reads its share
+        for n in (1, 15, 16, 17, 64, 333):
+            for size in (4096, 1000, 65536):
+                offs = [(i * 7919 * 13) % (len(data) - 1) for i in range(n)]
+                offs[-1] = len(data) - 10  # short
+                if n > 2:
+                    offs[0] = len(data) + 4096  # past the end: 0
+                _check_batch(ring, fd, data, offs, size)
+    finally:
+        os.close(fd)
+
+
+def test_read_batch_helper_takes_part(ring: Ring, tmp_path: Path) -> None:
+    """The helper really reads chunks of large batches (on a machine with two CPUs or
+    more), never with helper=False; its misses (an evicted file: it does not wait for
+    the disk) are read by the ring."""
+    from uringkit._native import read_helper_chunks
+
+    need_ops("read")
+    if len(os.sched_getaffinity(0)) < 2 or os.environ.get("URINGKIT_READ_HELPER") == "0":
+        pytest.skip("no read helper: fewer than two CPUs or URINGKIT_READ_HELPER=0")
+    fd, data = _batch_file(tmp_path, 4 << 20)
+    try:
+        offs = [((i * 7919) % 1024) * 4096 for i in range(256)]
+        buf = bytearray(4096 * len(offs))
+        os.pread(fd, len(data), 0)
+        before = read_helper_chunks()
+        for _ in range(50):
+            assert ring.read_batch(fd, buf, offs, 4096, helper=False) == [4096] * len(offs)
+        assert read_helper_chunks() == before
+        for _ in range(200):
+            assert ring.read_batch(fd, buf, offs, 4096) == [4096] * len(offs)
+            if read_helper_chunks() > before:
+                break
+        assert read_helper_chunks() > before
+        # evicted: whatever the helper finds missing is read through the ring
+        for _ in range(3):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            _check_batch(ring, fd, data, offs, 4096)
+    finally:
+        os.close(fd)
+
+
+def test_read_batch_not_shared_errors_and_direct(ring: Ring, tmp_path: Path) -> None:
+    """Errors come from the ring as they would alone (a write-only fd: EBADF for each
+    read), and O_DIRECT or Fixed files are read on the ring alone, correctly."""
+    need_ops("read")
+    fd, data = _batch_file(tmp_path, 1 << 20)
+    os.close(fd)
+    p = tmp_path / "batch.bin"
+    wfd = os.open(p, os.O_WRONLY)
+    try:
+        assert ring.read_batch(wfd, bytearray(64 * 4096), [0] * 64, 4096) == [-errno.EBADF] * 64
+    finally:
+        os.close(wfd)
+    offs = [((i * 37) % 256) * 4096 for i in range(64)]
+    try:
+        dfd = os.open(p, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        dfd = None
+    if dfd is not None:
+        try:
+            (fb,) = ring.register_buffers(1, 64 * 4096)  # page-aligned: fine for O_DIRECT
+            assert ring.read_batch(dfd, fb, offs, 4096) == [4096] * 64
+            mv = memoryview(fb)
+            for i, o in enumerate(offs):
+                assert mv[i * 4096 : (i + 1) * 4096] == data[o : o + 4096]
+        finally:
+            os.close(dfd)
+    rfd = os.open(p, os.O_RDONLY)
+    try:
+        ring.register_files([rfd])
+        buf = bytearray(64 * 4096)
+        assert ring.read_batch(Fixed(0), buf, offs, 4096) == [4096] * 64
+        assert all(buf[i * 4096 : (i + 1) * 4096] == data[o : o + 4096] for i, o in enumerate(offs))
+    finally:
+        os.close(rfd)

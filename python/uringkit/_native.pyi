@@ -31,6 +31,7 @@ __all__ = [
     "pread_nowait",
     "pread_nowait_many",
     "read_cached_many",
+    "read_helper_chunks",
     "run_job",
     "seccomp_mode",
 ]
@@ -894,7 +895,13 @@ class Ring:
         skip_success: bool = False,
     ) -> None: ...
     def read_batch(
-        self, fd: _Fd, buf: _BufferProtocol, offsets: list[int], size: int
+        self,
+        fd: _Fd,
+        buf: _BufferProtocol,
+        offsets: list[int],
+        size: int,
+        *,
+        helper: bool = True,
     ) -> list[int]: ...
     def write_batch(
         self, fd: _Fd, buf: _BufferProtocol, offsets: list[int], size: int
@@ -931,6 +938,7 @@ def stat_cached(
     path: str | bytes | os.PathLike[Any], follow_symlinks: bool = True, dir_fd: int = ...
 ) -> tuple[Any, ...] | None: ...
 def pread_nowait(fd: int, n: int, offset: int) -> bytes | None: ...
+def read_helper_chunks() -> int: ...
 def read_cached_many(
     fd: int, ranges: Sequence[tuple[int, int]]
 ) -> tuple[list[bytes | int], int]: ...

@@ -12,8 +12,14 @@
 //! microseconds, default 200) so that back-to-back batches find it awake, then parks;
 //! `URINGKIT_READ_HELPER=0` turns it off, and so does a process allowed fewer than two
 //! CPUs. It is respawned in a forked child (threads do not survive fork).
+//!
+//! The helper reads its chunks with [`super::nowait::read_many`] (its own ring, reads
+//! that never wait for the disk: a miss comes back as -EAGAIN for the caller to redo).
+//! What the caller does with its own chunks is up to it ([`share`] hands them out one
+//! at a time): `read_many_shared` reads them the same way, `Ring.read_batch` queues them
+//! on the caller's ring.
 
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -46,25 +52,30 @@ impl Batch {
         self.n.div_ceil(self.chunk)
     }
 
-    /// Claim and read chunks until none is left.
+    /// The next unclaimed chunk, if any (each is handed out once).
+    fn claim(&self) -> Option<std::ops::Range<usize>> {
+        let c = self.next.fetch_add(1, Ordering::Relaxed);
+        if c >= self.chunks() {
+            return None;
+        }
+        let start = c * self.chunk;
+        Some(start..self.n.min(start + self.chunk))
+    }
+
+    /// The helper's side: claim and read chunks until none is left.
     ///
     /// # Safety
     /// `reqs` and `out` must be valid for `n` elements, and each request's buffer as
     /// [`super::nowait::read_many`] requires, for the whole call.
     unsafe fn work(&self) {
-        loop {
-            let c = self.next.fetch_add(1, Ordering::Relaxed);
-            if c >= self.chunks() {
-                return;
-            }
-            let start = c * self.chunk;
-            let len = self.chunk.min(self.n - start);
-            // SAFETY: start + len <= n; chunks are claimed once, so no other thread reads
-            // these requests' buffers or writes these results.
-            let reqs = unsafe { std::slice::from_raw_parts(self.reqs.add(start), len) };
+        while let Some(r) = self.claim() {
+            // SAFETY: r lies inside 0..n; chunks are claimed once, so no other thread
+            // reads these requests' buffers or writes these results.
+            let reqs = unsafe { std::slice::from_raw_parts(self.reqs.add(r.start), r.len()) };
             let res = unsafe { super::nowait::read_many(self.fd, reqs) };
-            // SAFETY: as above, out[start..start + len] is this chunk's alone.
-            unsafe { std::ptr::copy_nonoverlapping(res.as_ptr(), self.out.add(start), len) };
+            // SAFETY: as above, out[r] is this chunk's alone.
+            unsafe { std::ptr::copy_nonoverlapping(res.as_ptr(), self.out.add(r.start), r.len()) };
+            CHUNKS.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -79,6 +90,15 @@ struct Helper {
 }
 
 static HELPER: Mutex<Option<&'static Helper>> = Mutex::new(None);
+
+/// Chunks the helper thread has read, over the life of the process.
+static CHUNKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many chunks of shared batches the helper thread has read so far in this process
+/// (0 when it never ran): shows whether batches are being shared at all.
+pub fn chunks_read() -> u64 {
+    CHUNKS.load(Ordering::Relaxed)
+}
 
 /// How long the helper spins for the next batch; None: no helper. Decided once per
 /// process (reading the CPU count may read cgroup files: not on every batch).
@@ -158,6 +178,107 @@ fn run(h: &'static Helper, spin: Duration) -> ! {
     }
 }
 
+/// A result slot the helper did not fill: the caller claimed that chunk.
+pub const CALLERS: i64 = i64::MIN;
+
+/// A batch posted to the helper thread. The caller takes chunks with [`Sharing::claim`]
+/// until none is left, then collects the helper's results with [`Sharing::finish`]
+/// (dropping it also waits for the helper: the requests' buffers stay the caller's
+/// concern until then).
+pub struct Sharing<'a> {
+    h: &'static Helper,
+    batch: Box<Batch>,
+    out: Vec<i64>,
+    done: bool,
+    _one: std::sync::MutexGuard<'static, ()>,
+    _reqs: std::marker::PhantomData<&'a [(*mut u8, usize, u64)]>,
+}
+
+/// Offer `reqs` (reads of `fd`) to the helper thread. `None` when the batch is small,
+/// there is no helper, or it is busy with another caller's batch: the caller then reads
+/// everything itself.
+///
+/// # Safety
+/// As [`super::nowait::read_many`] for every request: each buffer valid for its length
+/// and used by nothing else until the returned `Sharing` is finished or dropped.
+pub unsafe fn share(fd: i32, reqs: &[(*mut u8, usize, u64)]) -> Option<Sharing<'_>> {
+    if reqs.len() < MIN_BATCH {
+        return None;
+    }
+    let h = helper()?;
+    let one = h.busy.try_lock().ok()?;
+    let mut out = vec![CALLERS; reqs.len()];
+    let batch = Box::new(Batch {
+        fd,
+        reqs: reqs.as_ptr(),
+        n: reqs.len(),
+        out: out.as_mut_ptr(),
+        chunk: chunk_for(reqs.len()),
+        next: AtomicUsize::new(0),
+    });
+    h.batch
+        .store(&*batch as *const Batch as *mut Batch, Ordering::Release);
+    h.state.store(POSTED, Ordering::Release);
+    h.thread.unpark();
+    Some(Sharing {
+        h,
+        batch,
+        out,
+        done: false,
+        _one: one,
+        _reqs: std::marker::PhantomData,
+    })
+}
+
+impl Sharing<'_> {
+    /// The caller's next chunk (indices into the requests), `None` once all are taken.
+    pub fn claim(&self) -> Option<std::ops::Range<usize>> {
+        self.batch.claim()
+    }
+
+    /// Wait until the helper is done with its last chunk. Returns, per request, what
+    /// the helper read (bytes, or -errno: -EAGAIN when the data was not cached), or
+    /// [`CALLERS`] for the chunks the caller claimed.
+    pub fn finish(mut self) -> Vec<i64> {
+        self.wait();
+        std::mem::take(&mut self.out)
+    }
+
+    fn wait(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        // no chunk may be left for the helper to take after we stop waiting
+        while self.batch.claim().is_some() {}
+        // If the helper never took the batch, withdraw it; otherwise wait until it is
+        // done with its last chunk (and with the batch).
+        let h = self.h;
+        if h.state
+            .compare_exchange(POSTED, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            let mut i = 0u32;
+            while h.state.load(Ordering::Acquire) != FINISHED {
+                i = i.wrapping_add(1);
+                if i.is_multiple_of(1024) {
+                    std::thread::yield_now(); // the helper may have been descheduled
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            h.state.store(IDLE, Ordering::Release);
+        }
+        h.batch.store(std::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+impl Drop for Sharing<'_> {
+    fn drop(&mut self) {
+        self.wait();
+    }
+}
+
 /// [`super::nowait::read_many`] of a large batch shared with the helper thread (when
 /// there is one and it is free): the same results, in order.
 ///
@@ -165,52 +286,21 @@ fn run(h: &'static Helper, spin: Duration) -> ! {
 /// As [`super::nowait::read_many`]: every buffer valid for its length and not used by
 /// anything else until this returns.
 pub unsafe fn read_many_shared(fd: i32, reqs: &[(*mut u8, usize, u64)]) -> Vec<i64> {
-    let h = if reqs.len() >= MIN_BATCH {
-        helper()
-    } else {
-        None
-    };
-    let Some(h) = h else {
+    // SAFETY: the caller's guarantee, for as long as the sharing lives (this call).
+    let Some(s) = (unsafe { share(fd, reqs) }) else {
         // SAFETY: the caller's guarantee.
         return unsafe { super::nowait::read_many(fd, reqs) };
     };
-    let Ok(_one) = h.busy.try_lock() else {
-        // SAFETY: the caller's guarantee.
-        return unsafe { super::nowait::read_many(fd, reqs) };
-    };
-    let mut out = vec![0i64; reqs.len()];
-    let batch = Batch {
-        fd,
-        reqs: reqs.as_ptr(),
-        n: reqs.len(),
-        out: out.as_mut_ptr(),
-        chunk: chunk_for(reqs.len()),
-        next: AtomicUsize::new(0),
-    };
-    h.batch
-        .store(&batch as *const Batch as *mut Batch, Ordering::Release);
-    h.state.store(POSTED, Ordering::Release);
-    h.thread.unpark();
-    // SAFETY: the caller's guarantee covers every request; `out` has n elements.
-    unsafe { batch.work() };
-    // Every chunk is claimed. If the helper never took the batch, withdraw it;
-    // otherwise wait until it is done with its last chunk (and with `batch`).
-    if h.state
-        .compare_exchange(POSTED, IDLE, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        let mut i = 0u32;
-        while h.state.load(Ordering::Acquire) != FINISHED {
-            i = i.wrapping_add(1);
-            if i.is_multiple_of(1024) {
-                std::thread::yield_now(); // the helper may have been descheduled
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-        h.state.store(IDLE, Ordering::Release);
+    let mut mine = Vec::new();
+    while let Some(r) = s.claim() {
+        // SAFETY: the caller's guarantee; the helper never takes a claimed chunk.
+        let res = unsafe { super::nowait::read_many(fd, &reqs[r.clone()]) };
+        mine.push((r, res));
     }
-    h.batch.store(std::ptr::null_mut(), Ordering::Release);
+    let mut out = s.finish();
+    for (r, res) in mine {
+        out[r].copy_from_slice(&res);
+    }
     out
 }
 
