@@ -341,7 +341,7 @@ impl KvStore {
 
     fn contains(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let s = self.store()?;
-        Ok(s.contains(bytes_arg(key, "key")?))
+        s.contains(bytes_arg(key, "key")?).map_err(kv_err)
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -351,7 +351,7 @@ impl KvStore {
     /// A snapshot of every key.
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let s = self.store()?;
-        let ks = s.keys();
+        let ks = s.keys().map_err(kv_err)?;
         PyList::new(py, ks.iter().map(|k| PyBytes::new(py, k)))
     }
 
@@ -368,7 +368,9 @@ impl KvStore {
     ) -> PyResult<Bound<'py, PyList>> {
         let s = self.store()?;
         let pre = prefix.unwrap_or_default();
-        let mut ks = py.detach(|| s.keys_between(&pre, start.as_deref(), stop.as_deref()));
+        let mut ks = py
+            .detach(|| s.keys_between(&pre, start.as_deref(), stop.as_deref()))
+            .map_err(kv_err)?;
         if reverse {
             ks.reverse();
         }
@@ -378,7 +380,7 @@ impl KvStore {
     /// A snapshot of every (key, value) pair, values read as the list is built.
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let s = self.store()?;
-        let snap = s.snapshot();
+        let snap = s.snapshot().map_err(kv_err)?;
         let mut out = Vec::with_capacity(snap.len());
         for (k, l, seg) in &snap {
             let v = Store::read_at(seg, *l, k).map_err(kv_err)?;

@@ -580,3 +580,38 @@ def test_delete_range(tmp_path: Path) -> None:
             return n
 
     assert asyncio.run(go()) == 150
+
+
+def test_large_index_snapshot_is_mapped_and_damage_is_reported(tmp_path: Path) -> None:
+    """A store whose INDEX is large opens on a mapping of it (nothing read up front) and
+    verifies its checksums in the background; damage surfaces as an OSError naming INDEX
+    on the first answer that needs the whole index (a miss, a listing), the file is
+    removed, and the next open rebuilds the index from the segments."""
+    import errno
+
+    p = tmp_path / "db"
+    with kv.open(p, durability="none") as db:
+        for i in range(0, 150_000, 1000):
+            db.write([(b"key%d" % j, b"v%d" % j) for j in range(i, i + 1000)])
+    index = p / "INDEX"
+    assert index.stat().st_size > 4 << 20
+    with kv.open(p) as db:
+        assert db.recovery["from_snapshot"] and db.recovery["records"] == 0
+        assert db.get(b"key777") == b"v777" and db.get(b"absent") is None
+        assert b"key5" in db and len(db) == 150_000
+    raw = bytearray(index.read_bytes())
+    raw[-10] ^= 0x40  # inside the key arena, the file's last section
+    index.write_bytes(raw)
+    with kv.open(p) as db:
+        assert db.recovery["from_snapshot"]
+        assert db.get(b"key5") == b"v5"  # a hit is checked against its record
+        with pytest.raises(OSError, match=r"INDEX.*damaged.*reopen") as ei:
+            db.get(b"absent")
+        assert ei.value.errno == errno.EIO
+        with pytest.raises(OSError, match="INDEX"):
+            db.keys()
+        assert not index.exists()
+    with kv.open(p) as db:
+        assert not db.recovery["from_snapshot"]
+        assert len(db) == 150_000 and db.get(b"absent") is None
+        assert db.get(b"key149999") == b"v149999"

@@ -5,6 +5,7 @@
 //! across processes, so the whole index can be written out and read back (see
 //! [`Index::to_parts`]) instead of rebuilt key by key.
 
+use super::mapped::Arr;
 use super::table::Table;
 use foldhash::fast::FixedState;
 use std::hash::BuildHasher;
@@ -111,20 +112,90 @@ pub struct Parts<'a> {
     pub check: u64,
     pub ctrl: &'a [u8],
     pub slots: &'a [u8],
-    pub arena: &'a [u8],
+    /// The key arena, in two pieces (written one after the other).
+    pub arena: [&'a [u8]; 2],
     pub dead: u64,
+    /// Full and deleted slots of the table.
+    pub items: u64,
+    pub deleted: u64,
 }
 
 const CHECK_KEY: &[u8] = b"uringkit xkv index";
 
+/// Keys back to back (`[u32 len][bytes]` at 4-byte boundaries): a fixed `base` (mapped
+/// from a snapshot, or empty) followed by a growable heap `tail`. Positions run across
+/// both.
+pub struct Arena {
+    base: Arr<u8>,
+    tail: Vec<u8>,
+}
+
+impl Arena {
+    fn heap(tail: Vec<u8>) -> Arena {
+        Arena {
+            base: Vec::new().into(),
+            tail,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.base.len() + self.tail.len()
+    }
+
+    /// The key stored at `at`; empty if `at` is not inside the arena (only a damaged
+    /// snapshot could point there: the lookup then simply does not match).
+    fn key(&self, at: u64) -> &[u8] {
+        let at = at as usize;
+        let (part, at) = match at.checked_sub(self.base.len()) {
+            None => (&self.base[..], at),
+            Some(t) => (&self.tail[..], t),
+        };
+        let Some(n) = part.get(at..at + 4) else {
+            return &[];
+        };
+        let n = u32::from_le_bytes(n.try_into().expect("4")) as usize;
+        part.get(at + 4..at + 4 + n).unwrap_or(&[])
+    }
+
+    fn ptr_at(&self, at: u64) -> *const u8 {
+        let at = at as usize;
+        match at.checked_sub(self.base.len()) {
+            None => self.base.as_ptr().wrapping_add(at),
+            Some(t) => self.tail.as_ptr().wrapping_add(t),
+        }
+    }
+
+    /// Append `[u32 len][key]` at a 4-byte boundary; returns its position.
+    fn push(&mut self, key: &[u8]) -> usize {
+        while !self.len().is_multiple_of(4) {
+            self.tail.push(0);
+        }
+        let at = self.len();
+        self.tail
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.tail.extend_from_slice(key);
+        at
+    }
+
+    fn bytes_used(&self) -> usize {
+        self.base.bytes_used() + self.tail.capacity()
+    }
+}
+
 pub struct Index {
     table: Table<Entry>,
-    arena: Vec<u8>,
+    arena: Arena,
     dead: usize,
     seed: u64,
     hasher: FixedState,
     tombstones: usize,
+    /// Arena positions of keys whose entry became a tombstone during recovery (purged by
+    /// key afterwards, instead of a pass over the whole table).
+    tombstoned: Vec<u64>,
 }
+
+/// Past this many tombstones, purging passes over the whole table instead.
+const TOMBSTONED_MAX: usize = 1 << 16;
 
 impl Default for Index {
     fn default() -> Self {
@@ -157,11 +228,12 @@ impl Index {
         Index {
             table: Table::new(),
             // position 0 is never a key: keeps a zeroed entry from looking valid
-            arena: vec![0; 4],
+            arena: Arena::heap(vec![0; 4]),
             dead: 0,
             seed,
             hasher: FixedState::with_seed(seed),
             tombstones: 0,
+            tombstoned: Vec::new(),
         }
     }
 
@@ -181,16 +253,14 @@ impl Index {
         let (hasher, ar) = (&self.hasher, &self.arena);
         self.table.reserve(
             keys,
-            |e| hasher.hash_one(Self::key_at(ar, e.at())),
-            |e| super::table::prefetch(ar.as_ptr().wrapping_add(e.at() as usize)),
+            |e| hasher.hash_one(ar.key(e.at())),
+            |e| super::table::prefetch(ar.ptr_at(e.at())),
         );
-        self.arena.reserve(arena);
+        self.arena.tail.reserve(arena);
     }
 
-    fn key_at(arena: &[u8], at: u64) -> &[u8] {
-        let at = at as usize;
-        let n = u32::from_le_bytes(arena[at..at + 4].try_into().expect("4")) as usize;
-        &arena[at + 4..at + 4 + n]
+    fn key_at(arena: &Arena, at: u64) -> &[u8] {
+        arena.key(at)
     }
 
     /// Live keys (tombstones excluded).
@@ -240,18 +310,21 @@ impl Index {
                     return Put::Ignored;
                 }
                 let old = e.loc();
+                let at = e.at();
                 e.set_loc(loc);
                 if old.is_tombstone() && !loc.is_tombstone() {
                     self.tombstones -= 1;
                 } else if !old.is_tombstone() && loc.is_tombstone() {
                     self.tombstones += 1;
+                    self.note_tombstone(at);
                 }
                 Put::Replaced(old)
             }
             Err(slot) => {
-                let at = Self::push_key(&mut self.arena, key);
+                let at = self.arena.push(key);
                 if loc.is_tombstone() {
                     self.tombstones += 1;
+                    self.note_tombstone(at as u64);
                 }
                 self.table.insert_at(slot, h, Entry::new(at, loc));
                 Put::Inserted
@@ -279,8 +352,30 @@ impl Index {
         }
     }
 
+    fn note_tombstone(&mut self, at: u64) {
+        if self.tombstoned.len() <= TOMBSTONED_MAX {
+            self.tombstoned.push(at);
+        }
+    }
+
     /// Drop tombstones (after recovery) and compact the key arena if it is mostly garbage.
     pub fn purge_tombstones(&mut self) {
+        let noted = std::mem::take(&mut self.tombstoned);
+        if self.tombstones > 0 && noted.len() <= TOMBSTONED_MAX {
+            // by key: a replay after a snapshot touches only what it replayed
+            for at in noted {
+                let key = self.arena.key(at).to_vec();
+                let h = self.hash(&key);
+                let arena = &self.arena;
+                if let Some(i) = self.table.find(h, |e| arena.key(e.at()) == key) {
+                    if self.table.get(i).loc().is_tombstone() {
+                        self.table.erase(i);
+                        self.dead += 4 + key.len();
+                        self.tombstones -= 1;
+                    }
+                }
+            }
+        }
         if self.tombstones > 0 {
             let arena = &self.arena;
             let mut dead = 0;
@@ -300,28 +395,16 @@ impl Index {
         }
     }
 
-    /// Append `[u32 len][key]` at a 4-byte boundary; returns its position.
-    fn push_key(arena: &mut Vec<u8>, key: &[u8]) -> usize {
-        while !arena.len().is_multiple_of(4) {
-            arena.push(0);
-        }
-        let at = arena.len();
-        arena.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        arena.extend_from_slice(key);
-        at
-    }
-
     /// Whether the arena can take `more` bytes of keys (16 GiB of keys at most).
     pub fn has_room(&self, more: usize) -> bool {
         self.arena.len() + more + 8 < MAX_ARENA
     }
 
     fn rebuild_arena(&mut self) {
-        let mut arena = Vec::with_capacity(self.arena.len() - self.dead);
-        arena.extend_from_slice(&[0; 4]);
+        let mut arena = Arena::heap(Vec::with_capacity(self.arena.len() - self.dead));
+        arena.tail.extend_from_slice(&[0; 4]);
         for e in self.table.iter_mut() {
-            let k = Self::key_at(&self.arena, e.at());
-            let at = Self::push_key(&mut arena, k);
+            let at = arena.push(self.arena.key(e.at()));
             e.key_at4 = (at / 4) as u32;
         }
         self.arena = arena;
@@ -330,7 +413,7 @@ impl Index {
 
     /// Give back memory reserved beyond what the index holds (after recovery).
     pub fn shrink(&mut self) {
-        self.arena.shrink_to_fit();
+        self.arena.tail.shrink_to_fit();
     }
 
     /// Every live key and its location (arbitrary order).
@@ -344,7 +427,12 @@ impl Index {
 
     /// Bytes of native memory the index uses (table + arena).
     pub fn memory(&self) -> usize {
-        self.table.memory() + self.arena.capacity()
+        self.table.memory() + self.arena.bytes_used()
+    }
+
+    /// Whether the table is still the one mapped from a snapshot (not yet rehashed).
+    pub fn is_mapped(&self) -> bool {
+        self.table.is_mapped()
     }
 
     /// The index as flat byte arrays, for a snapshot file. Tombstones must have been
@@ -362,8 +450,10 @@ impl Index {
             check: self.hash(CHECK_KEY),
             ctrl,
             slots,
-            arena: &self.arena,
+            arena: [&self.arena.base, &self.arena.tail],
             dead: self.dead as u64,
+            items: self.table.len() as u64,
+            deleted: self.table.deleted() as u64,
         }
     }
 
@@ -372,30 +462,45 @@ impl Index {
         FixedState::with_seed(seed).hash_one(CHECK_KEY)
     }
 
-    /// Rebuild from snapshot arrays (`slots` already converted to entries). `None` when
-    /// anything is inconsistent; the caller then rebuilds from the segments.
+    /// The index over snapshot arrays, used where they are (mapped: nothing is read but
+    /// the ends of `ctrl`). `items`/`deleted` are the table's counts as written; `None`
+    /// when anything checkable is inconsistent (the caller then rebuilds from the
+    /// segments). Entries and keys are not checked here (that would read the whole file,
+    /// the cost a mapped snapshot exists to avoid): whoever trusts a lookup's "absent"
+    /// verifies the file's checksums first ([`super::table::count_ctrl`] for `ctrl`), a
+    /// found entry is checked against its record by the store, and a position outside
+    /// the arena reads as an empty key.
+    #[allow(clippy::too_many_arguments)]
     pub fn from_parts(
         seed: u64,
         check: u64,
-        ctrl: Vec<u8>,
-        slots: Vec<Entry>,
-        arena: Vec<u8>,
+        ctrl: Arr<u8>,
+        slots: Arr<Entry>,
+        arena: Arr<u8>,
         dead: u64,
+        items: u64,
+        deleted: u64,
     ) -> Option<Index> {
         if Self::check_for(seed) != check || arena.len() < 4 {
             return None;
         }
-        // Entries are not checked one by one (that would touch the arena at random, the
-        // cost a snapshot exists to avoid): the caller verified the file's CRC, and a bad
-        // position could only panic on a bounds check, never read outside the arena.
-        let table = Table::from_raw(ctrl, slots)?;
+        let table = Table::from_counted(
+            ctrl,
+            slots,
+            usize::try_from(items).ok()?,
+            usize::try_from(deleted).ok()?,
+        )?;
         Some(Index {
             table,
-            arena,
+            arena: Arena {
+                base: arena,
+                tail: Vec::new(),
+            },
             dead: dead as usize,
             seed,
             hasher: FixedState::with_seed(seed),
             tombstones: 0,
+            tombstoned: Vec::new(),
         })
     }
 }

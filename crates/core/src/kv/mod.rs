@@ -2,6 +2,7 @@
 
 pub mod append;
 pub mod index;
+pub mod mapped;
 pub mod record;
 pub mod snapshot;
 pub mod store;

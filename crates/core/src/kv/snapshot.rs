@@ -1,33 +1,51 @@
 //! The index snapshot (`INDEX`): the whole in-memory index written out when a store
-//! closes, so the next open reads it back in one pass instead of inserting every key
-//! again, then replays only the records appended after it.
+//! closes, and mapped back in place by the next open — no read, no copy, no rebuild: a
+//! store of a million keys opens as fast as an empty one. Replay then covers only the
+//! records appended after it.
 //!
-//! Layout (little-endian, one CRC32C over everything before it):
+//! Layout (little-endian; sections start on 4 KiB boundaries, zero padding between):
 //! ```text
-//! "XVX1" u32 version  u64 seed  u64 check  u64 seq  u32 active  u32 nsegs
-//! u64 active_off  u64 ctrl_len  u64 entries_len  u64 arena_len  u64 dead_keys
-//! nsegs × (u32 id, u32 0, u64 size, u64 dead)
-//! ctrl bytes, the full slots' entries (24 bytes each, in slot order), key arena,
-//! u32 crc32c
+//! header: "XVX1" u32 version  u64 seed  u64 check  u64 seq  u32 active  u32 nsegs
+//!         u64 active_off  u64 buckets  u64 items  u64 deleted  u64 arena_len  u64 dead
+//!         u64 ctrl_off  u64 slots_off  u64 arena_off  u64 file_len
+//!         u32 crc(ctrl)  u32 crc(slots)  u32 crc(arena)  u32 0
+//!         nsegs × (u32 id, u32 0, u64 size, u64 dead)
+//!         u32 crc32c of the header before it
+//! ctrl:   buckets + 8 control bytes            (at ctrl_off)
+//! slots:  buckets × 24-byte entries, every slot (at slots_off)
+//! arena:  the key arena                         (at arena_off)
 //! ```
-//! Only occupied slots are stored (the table is 44–88 % empty): reading the file back
-//! scatters them to the slots the control bytes mark full.
-//! A snapshot is trusted only if its CRC holds, its hash function matches this build's,
-//! every segment it lists still exists with the size it recorded (the active one may
-//! have grown), and every other segment is newer than its active one. Anything else and
-//! the store is rebuilt from hint files and segments, as if there were no snapshot.
+//! The header is checked at open (its CRC, the hash function's check value, every
+//! offset and length against the file's size); the sections are used where they lie.
+//! Their checksums are verified separately ([`Check`]): before open returns for a small
+//! file, in a background thread for a large one (a 1M-key snapshot is ~70 MB, 10–20 ms
+//! to verify). A store asks for that verdict before it trusts an "absent" answer, a
+//! listing or a compaction; a present key is checked against its record anyway.
+//! A snapshot is used only if, besides, every segment it lists is still there with the
+//! size it recorded (the one it names active may have grown), and every other segment
+//! is newer than its active one. Anything else and the store is rebuilt from hint files
+//! and segments, as if there were no snapshot. Snapshots of older layouts are ignored
+//! the same way (the next close writes this one).
 
 use super::index::{Entry, Index};
+use super::mapped::{Arr, Map};
 use std::fs;
 use std::io::{self, Write};
-use std::path::Path;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 pub const FILE: &str = "INDEX";
 const MAGIC: &[u8; 4] = b"XVX1";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Control bytes beyond the buckets (the table's mirrored first group).
 const GROUP: usize = 8;
-const FIXED: usize = 4 + 4 + 8 * 3 + 4 + 4 + 8 * 5;
+const FIXED: usize = 4 + 4 + 8 * 3 + 4 + 4 + 8 * 6 + 8 * 4 + 4 * 4;
+const ALIGN: u64 = 4096;
+/// Snapshots up to this size are verified before open returns.
+const VERIFY_INLINE: u64 = 4 << 20;
 
 /// A segment as the snapshot saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,10 +61,64 @@ pub struct Snapshot {
     /// Where replay resumes in the active segment.
     pub active_off: u64,
     pub segs: Vec<(u32, SnapSeg)>,
+    /// The verdict on the sections' checksums (see the module docs).
+    pub check: Arc<Check>,
 }
 
-/// Write `INDEX` atomically (temporary file, then rename). The segments it describes must
-/// already be durable: a snapshot never points at data the disk might not have.
+/// The verification of a mapped snapshot's sections: pending until a background thread
+/// has read them, then good or damaged.
+pub struct Check {
+    /// The verdict is in and it is good (read without the lock: the common case).
+    good: AtomicBool,
+    verdict: Mutex<Option<Result<(), String>>>,
+    done: Condvar,
+}
+
+impl Check {
+    fn new(verdict: Option<Result<(), String>>) -> Arc<Check> {
+        Arc::new(Check {
+            good: AtomicBool::new(matches!(verdict, Some(Ok(())))),
+            verdict: Mutex::new(verdict),
+            done: Condvar::new(),
+        })
+    }
+
+    fn set(&self, v: Result<(), String>) {
+        self.good.store(v.is_ok(), Ordering::Release);
+        *self.verdict.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        self.done.notify_all();
+    }
+
+    /// Wait for the verdict: `Err(what is wrong)` when the snapshot is damaged.
+    pub fn wait(&self) -> Result<(), String> {
+        if self.good.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut g = self.verdict.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(v) = &*g {
+                return v.clone();
+            }
+            g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Whether the verdict is in (without waiting).
+    pub fn is_done(&self) -> bool {
+        self.verdict
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+}
+
+fn round_up(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+/// Write `INDEX` atomically (temporary file, fdatasync, rename). The segments it
+/// describes must already be durable: a snapshot never points at data the disk might
+/// not have.
 pub fn write(
     dir: &Path,
     index: &Index,
@@ -56,14 +128,15 @@ pub fn write(
     segs: &[(u32, SnapSeg)],
 ) -> io::Result<()> {
     let p = index.to_parts();
-    // the occupied slots only, in slot order
-    let mut entries = Vec::with_capacity(p.slots.len() / 2);
-    for (i, &c) in p.ctrl[..p.ctrl.len() - GROUP].iter().enumerate() {
-        if c < 0x80 {
-            entries.extend_from_slice(&p.slots[i * 24..i * 24 + 24]);
-        }
-    }
-    let mut head = Vec::with_capacity(FIXED + segs.len() * 24);
+    let buckets = (p.ctrl.len() - GROUP) as u64;
+    let arena_len = (p.arena[0].len() + p.arena[1].len()) as u64;
+    let head_len = (FIXED + segs.len() * 24 + 4) as u64;
+    let ctrl_off = round_up(head_len);
+    let slots_off = round_up(ctrl_off + p.ctrl.len() as u64);
+    let arena_off = round_up(slots_off + p.slots.len() as u64);
+    let file_len = arena_off + arena_len;
+    let crc_arena = crc32c::crc32c_append(crc32c::crc32c(p.arena[0]), p.arena[1]);
+    let mut head = Vec::with_capacity(head_len as usize);
     head.extend_from_slice(MAGIC);
     head.extend_from_slice(&VERSION.to_le_bytes());
     for v in [p.seed, p.check, seq] {
@@ -72,11 +145,16 @@ pub fn write(
     head.extend_from_slice(&active.to_le_bytes());
     head.extend_from_slice(&(segs.len() as u32).to_le_bytes());
     for v in [
-        active_off,
-        p.ctrl.len() as u64,
-        entries.len() as u64,
-        p.arena.len() as u64,
-        p.dead,
+        active_off, buckets, p.items, p.deleted, arena_len, p.dead, ctrl_off, slots_off, arena_off,
+        file_len,
+    ] {
+        head.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in [
+        crc32c::crc32c(p.ctrl),
+        crc32c::crc32c(p.slots),
+        crc_arena,
+        0,
     ] {
         head.extend_from_slice(&v.to_le_bytes());
     }
@@ -86,16 +164,29 @@ pub fn write(
         head.extend_from_slice(&s.size.to_le_bytes());
         head.extend_from_slice(&s.dead.to_le_bytes());
     }
-    let mut crc = 0;
+    let crc = crc32c::crc32c(&head);
+    head.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(head.len() as u64, head_len);
     let tmp = dir.join(format!("{FILE}.tmp"));
-    let mut f = fs::File::create(&tmp)?;
-    for part in [&head[..], p.ctrl, &entries, p.arena] {
-        crc = crc32c::crc32c_append(crc, part);
+    let mut f = io::BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?);
+    let zeros = vec![0u8; ALIGN as usize];
+    let mut at = 0u64;
+    for (off, part) in [
+        (0, &head[..]),
+        (ctrl_off, p.ctrl),
+        (slots_off, p.slots),
+        (arena_off, p.arena[0]),
+        (arena_off + p.arena[0].len() as u64, p.arena[1]),
+    ] {
+        f.write_all(&zeros[..(off - at) as usize])?;
         f.write_all(part)?;
+        at = off + part.len() as u64;
     }
-    f.write_all(&crc.to_le_bytes())?;
+    let f = f.into_inner().map_err(|e| e.into_error())?;
+    // Durable before it replaces the old one: open maps it without reading it through,
+    // so a file torn by a power loss must not be what the name points at.
+    f.sync_data()?;
     drop(f);
-    // No fsync: after a power loss the file is either whole (its CRC holds) or rejected.
     fs::rename(&tmp, dir.join(FILE))
 }
 
@@ -115,132 +206,86 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// Read `INDEX` if there is one and it is whole; `Ok(None)` when absent or unusable.
+/// Map `INDEX` if there is one whose header holds; `Ok(None)` when absent or unusable.
 pub fn load(dir: &Path) -> io::Result<Option<Snapshot>> {
     let f = match fs::File::open(dir.join(FILE)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    Ok(read(&f).ok().flatten())
+    Ok(read(dir, f).ok().flatten())
 }
 
-/// The snapshot file mapped read-only (copy-on-write private mapping, pre-faulted): the
-/// arrays are checked and copied or scattered straight from the page cache, with no
-/// intermediate buffer.
-struct Mapped {
-    ptr: *mut libc::c_void,
-    len: usize,
+/// Where the sections are, from a header that passed its checks.
+#[derive(Clone, Copy)]
+struct Layout {
+    buckets: u64,
+    ctrl_off: u64,
+    slots_off: u64,
+    arena_off: u64,
+    arena_len: u64,
+    crcs: [u32; 3],
+    items: u64,
+    deleted: u64,
 }
 
-impl Mapped {
-    fn new(f: &fs::File, len: usize) -> io::Result<Mapped> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a fresh read-only private mapping of `len` bytes of an open file; the
-        // kernel picks the address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_POPULATE,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapped { ptr, len })
-    }
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes and lives as long as self. (A
-        // writer never changes INDEX in place — it writes a new file and renames it —
-        // so the bytes cannot change under us; a truncation by someone else would fault,
-        // as it would for any mapped file.)
-        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping made in `new`, no longer referenced.
-        unsafe { libc::munmap(self.ptr, self.len) };
-    }
-}
-
-fn read(f: &fs::File) -> io::Result<Option<Snapshot>> {
+fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
     let total = f.metadata()?.len();
-    if total < FIXED as u64 + 4 || total > usize::MAX as u64 {
+    if total < (FIXED + 4) as u64 || total > isize::MAX as u64 {
         return Ok(None);
     }
-    let map = Mapped::new(f, total as usize)?;
-    let b = map.bytes();
-    let fixed = &b[..FIXED];
+    // The header with one read (a fault on the mapping would read ahead far more than
+    // this when the file is not cached: the rest is left to the pages lookups touch).
+    let mut head = vec![0u8; (FIXED + 4 + 64 * 24).min(total as usize)];
+    f.read_exact_at(&mut head, 0)?;
+    let fixed = &head[..FIXED];
     if &fixed[0..4] != MAGIC || u32_at(fixed, 4) != VERSION {
         return Ok(None);
     }
-    let (seed, check, seq) = (u64_at(fixed, 8), u64_at(fixed, 16), u64_at(fixed, 24));
+    let (seed, check_value, seq) = (u64_at(fixed, 8), u64_at(fixed, 16), u64_at(fixed, 24));
     let active = u32_at(fixed, 32);
     let nsegs = u32_at(fixed, 36) as usize;
-    let active_off = u64_at(fixed, 40);
-    let (ctrl_len, entries_len, arena_len, dead) = (
-        u64_at(fixed, 48),
-        u64_at(fixed, 56),
-        u64_at(fixed, 64),
-        u64_at(fixed, 72),
-    );
-    let head_len = FIXED as u64 + nsegs as u64 * 24;
-    if head_len
-        .checked_add(ctrl_len)
-        .and_then(|x| x.checked_add(entries_len))
-        .and_then(|x| x.checked_add(arena_len))
-        .and_then(|x| x.checked_add(4))
-        != Some(total)
-        || entries_len % 24 != 0
-        || ctrl_len <= GROUP as u64
-        || !(ctrl_len - GROUP as u64).is_power_of_two()
-        || Index::check_for(seed) != check
+    let g = |i: usize| u64_at(fixed, 40 + 8 * i);
+    let (active_off, buckets, items, deleted, arena_len, dead) =
+        (g(0), g(1), g(2), g(3), g(4), g(5));
+    let (ctrl_off, slots_off, arena_off, file_len) = (g(6), g(7), g(8), g(9));
+    let crcs = [u32_at(fixed, 120), u32_at(fixed, 124), u32_at(fixed, 128)];
+    let head_len = FIXED + nsegs * 24;
+    if nsegs > 1 << 20 || (head_len + 4) as u64 > total {
+        return Ok(None);
+    }
+    if head.len() < head_len + 4 {
+        head.resize(head_len + 4, 0);
+        f.read_exact_at(&mut head, 0)?;
+    }
+    let b = &head[..];
+    if crc32c::crc32c(&b[..head_len]) != u32_at(b, head_len) {
+        return Ok(None);
+    }
+    let ctrl_len = buckets.checked_add(GROUP as u64);
+    let slots_len = buckets.checked_mul(24);
+    let fits = |off: u64, len: Option<u64>| {
+        len.and_then(|l| off.checked_add(l))
+            .is_some_and(|e| e <= total)
+    };
+    if file_len != total
+        || !buckets.is_power_of_two()
+        || buckets < GROUP as u64
+        || ctrl_off < (head_len + 4) as u64
+        || !fits(ctrl_off, ctrl_len)
+        || slots_off < ctrl_off + ctrl_len.unwrap_or(u64::MAX)
+        || !fits(slots_off, slots_len)
+        || arena_off < slots_off + slots_len.unwrap_or(u64::MAX)
+        || !fits(arena_off, Some(arena_len))
+        || Index::check_for(seed) != check_value
     {
         return Ok(None);
     }
-    let body = total as usize - 4;
-    if crc32c::crc32c(&b[..body]) != u32_at(b, body) {
-        return Ok(None);
-    }
-    let Some((ctrl, slots, arena, segs)) = build(b, head_len, ctrl_len, entries_len, body, nsegs)?
-    else {
-        return Ok(None);
-    };
-    Ok(
-        Index::from_parts(seed, check, ctrl, slots, arena, dead).map(|index| Snapshot {
-            index,
-            seq,
-            active,
-            active_off,
-            segs,
-        }),
-    )
-}
-
-type Built = (Vec<u8>, Vec<Entry>, Vec<u8>, Vec<(u32, SnapSeg)>);
-
-/// The table's arrays from the mapped snapshot (sizes already validated against the
-/// file's length): `Ok(None)` when the control bytes and the entries disagree.
-fn build(
-    b: &[u8],
-    head_len: u64,
-    ctrl_len: u64,
-    entries_len: u64,
-    body: usize,
-    nsegs: usize,
-) -> io::Result<Option<Built>> {
-    let (head_len, ctrl_len, entries_len) =
-        (head_len as usize, ctrl_len as usize, entries_len as usize);
+    let map = Map::private(f.as_raw_fd(), total as usize)?;
+    // lookups fault in single pages; the verification's sequential reads (below) bring
+    // the whole file into the page cache meanwhile
+    map.advise_random();
     let segtab = &b[FIXED..head_len];
-    let ctrl = b[head_len..head_len + ctrl_len].to_vec();
-    let packed = &b[head_len + ctrl_len..head_len + ctrl_len + entries_len];
-    let arena = b[head_len + ctrl_len + entries_len..body].to_vec();
     let segs = (0..nsegs)
         .map(|i| {
             let at = i * 24;
@@ -253,29 +298,121 @@ fn build(
             )
         })
         .collect();
-    // Scatter the entries to the slots their control bytes mark full. Branch-free: a
-    // table's control bytes are random, so a branch per slot would mispredict half the
-    // time; every slot is written (an empty one gets a copy of the next entry, which
-    // nothing reads: its control byte says empty).
-    let buckets = ctrl_len - GROUP;
-    let count = entries_len / 24;
-    let full = ctrl[..buckets].iter().filter(|&&c| c < 0x80).count();
-    if full != count {
+    let lay = Layout {
+        buckets,
+        ctrl_off,
+        slots_off,
+        arena_off,
+        arena_len,
+        crcs,
+        items,
+        deleted,
+    };
+    // SAFETY: u8 and Entry (repr(C) integers, no padding) accept any bytes; the three
+    // sections do not overlap (each starts after the previous one ends, checked above).
+    let arrays = unsafe {
+        (
+            Arr::<u8>::mapped(&map, ctrl_off as usize, (buckets + GROUP as u64) as usize),
+            Arr::<Entry>::mapped(&map, slots_off as usize, buckets as usize),
+            Arr::<u8>::mapped(&map, arena_off as usize, arena_len as usize),
+        )
+    };
+    let (Some(ctrl), Some(slots), Some(arena)) = arrays else {
         return Ok(None);
-    }
-    let mut slots = Entry::zeroed(buckets);
-    if count > 0 {
-        let src = packed.as_ptr();
-        let dst = slots.as_mut_ptr().cast::<u8>();
-        let mut j = 0usize;
-        for (i, &c) in ctrl[..buckets].iter().enumerate() {
-            let from = j.min(count - 1) * 24;
-            // SAFETY: `from + 24 <= entries_len` (j is clamped to the last entry) and slot
-            // i is inside `slots` (i < buckets); the regions do not overlap (mapping vs
-            // heap). Entry is 24 bytes of integers, so any bytes are a valid value.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(from), dst.add(i * 24), 24) };
-            j += (c < 0x80) as usize;
+    };
+    let check = if total <= VERIFY_INLINE {
+        // small: verified before open returns
+        Check::new(Some(verify(&f, lay)))
+    } else {
+        let c = Check::new(None);
+        spawn_verify(dir.join(FILE), f, lay, c.clone());
+        c
+    };
+    drop(map); // (the arrays keep the mapping)
+    Ok(
+        Index::from_parts(seed, check_value, ctrl, slots, arena, dead, items, deleted).map(
+            |index| Snapshot {
+                index,
+                seq,
+                active,
+                active_off,
+                segs,
+                check,
+            },
+        ),
+    )
+}
+
+/// The sections' checksums and the control bytes' consistency, read from the file (not
+/// from the store's private mapping, which may already hold its own writes) in chunks,
+/// so that a verification running in the background does not hold the disk for long.
+fn verify(f: &fs::File, l: Layout) -> Result<(), String> {
+    let io = |e: io::Error| format!("it could not be read ({e})");
+    let mut ctrl = vec![0u8; (l.buckets + GROUP as u64) as usize];
+    f.read_exact_at(&mut ctrl, l.ctrl_off).map_err(io)?;
+    let crcs = [
+        crc32c::crc32c(&ctrl),
+        crc_of(f, l.slots_off, l.buckets * 24).map_err(io)?,
+        crc_of(f, l.arena_off, l.arena_len).map_err(io)?,
+    ];
+    for ((what, got), want) in ["control bytes", "entries", "keys"]
+        .iter()
+        .zip(crcs)
+        .zip(l.crcs)
+    {
+        if got != want {
+            return Err(format!("its {what} fail their checksum"));
         }
     }
-    Ok(Some((ctrl, slots, arena, segs)))
+    match super::table::count_ctrl(&ctrl, l.buckets as usize) {
+        Some((items, deleted)) if items as u64 == l.items && deleted as u64 == l.deleted => Ok(()),
+        _ => Err("its control bytes do not match its counts".into()),
+    }
+}
+
+/// CRC32C of `len` bytes of `f` at `off`, read 1 MiB at a time.
+fn crc_of(f: &fs::File, mut off: u64, len: u64) -> io::Result<u32> {
+    let mut buf = vec![0u8; (1 << 20).min(len as usize)];
+    let (mut crc, end) = (0, off + len);
+    while off < end {
+        let n = ((end - off) as usize).min(buf.len());
+        f.read_exact_at(&mut buf[..n], off)?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        off += n as u64;
+    }
+    Ok(crc)
+}
+
+/// Verify in a thread of its own, at idle I/O priority (the store's own reads go first).
+/// A damaged snapshot is removed, so that the next open rebuilds the index from the
+/// segments.
+fn spawn_verify(path: PathBuf, f: fs::File, l: Layout, check: Arc<Check>) {
+    let run = move || {
+        // IOPRIO_WHO_PROCESS = 1 with tid 0 (this thread), IOPRIO_CLASS_IDLE = 3 << 13;
+        // a hint: where the I/O scheduler ignores it, nothing changes
+        // SAFETY: ioprio_set only changes this thread's I/O priority.
+        unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, 3 << 13) };
+        let verdict = verify(&f, l);
+        if verdict.is_err() {
+            let _ = fs::remove_file(&path);
+        }
+        check.set(verdict);
+    };
+    // in a thread when one can be had, here otherwise
+    let job = Arc::new(Mutex::new(Some(run)));
+    let theirs = job.clone();
+    let spawned = std::thread::Builder::new()
+        .name("uringkit-index".into())
+        .spawn(move || {
+            let run = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(run) = run {
+                run();
+            }
+        });
+    if spawned.is_err() {
+        let run = job.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(run) = run {
+            run();
+        }
+    }
 }

@@ -313,6 +313,9 @@ struct Pending {
     seq: u64,
 }
 
+/// A key, where its record is, and the segment holding it (a listing's entry).
+pub type Listed = (Vec<u8>, Loc, Arc<Segment>);
+
 pub struct Store {
     dir: PathBuf,
     opts: Options,
@@ -329,6 +332,9 @@ pub struct Store {
     /// (active, end, seq) of the snapshot the index was loaded from: closing skips
     /// rewriting an `INDEX` that still describes the store exactly.
     loaded: Option<(u32, u64, u64)>,
+    /// The verification of the mapped index snapshot the store opened with: asked before
+    /// an "absent" answer, a listing or a compaction is trusted (see snapshot.rs).
+    index_check: Option<Arc<snapshot::Check>>,
     /// durable group commits written (each one write + one fdatasync)
     group_commits: AtomicU64,
     pub recovery: Recovery,
@@ -542,8 +548,12 @@ impl Store {
         // repair rescans everything: the snapshot may point at the damage
         let snap = match opts.repair || !opts.index_snapshot {
             true => None,
-            false => snapshot::load(dir)?.filter(|s| Self::snapshot_fits(s, &sizes)),
+            false => snapshot::load(dir)?.filter(|s| {
+                // (a small snapshot was verified already: a damaged one is not used)
+                Self::snapshot_fits(s, &sizes) && !(s.check.is_done() && s.check.wait().is_err())
+            }),
         };
+        let index_check = snap.as_ref().map(|s| s.check.clone());
         // dead bytes per segment: from the snapshot, plus what replay finds superseded
         let mut dead: BTreeMap<u32, u64> = BTreeMap::new();
         let mut known: BTreeMap<u32, u64> = BTreeMap::new();
@@ -679,6 +689,7 @@ impl Store {
             }),
             flushed: AtomicU64::new(act_size),
             loaded,
+            index_check,
             group_commits: AtomicU64::new(0),
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
@@ -1031,7 +1042,7 @@ impl Store {
     }
 
     pub fn delete(&self, key: &[u8]) -> io::Result<bool> {
-        let existed = self.state.read().expect("state").index.get(key).is_some();
+        let existed = self.contains(key)?;
         self.write(&[(key, None)], false)?;
         Ok(existed)
     }
@@ -1794,7 +1805,11 @@ impl Store {
         let (loc, seg, active) = {
             let st = self.state.read().expect("state");
             match st.index.get(key) {
-                None => return Ok(None),
+                None => {
+                    drop(st);
+                    self.index_trusted()?;
+                    return Ok(None);
+                }
                 Some(l) => (l, st.segs[&l.seg].clone(), st.active),
             }
         };
@@ -1829,6 +1844,9 @@ impl Store {
                 .map(|k| st.index.get(k).map(|l| (l, st.segs[&l.seg].clone())))
                 .collect()
         };
+        if found.iter().any(Option::is_none) {
+            self.index_trusted()?;
+        }
         // Values in the page cache are copied from the mapping; the others are read by
         // one batch of io_uring reads, all in flight at once (RocksDB's MultiGet on
         // io_uring): a cold multi_get costs about one disk latency, not one per key.
@@ -1935,8 +1953,33 @@ impl Store {
         Ok(())
     }
 
-    pub fn contains(&self, key: &[u8]) -> bool {
-        self.state.read().expect("state").index.get(key).is_some()
+    pub fn contains(&self, key: &[u8]) -> io::Result<bool> {
+        let found = self.state.read().expect("state").index.get(key).is_some();
+        if !found {
+            self.index_trusted()?;
+        }
+        Ok(found)
+    }
+
+    /// Ok once the mapped index snapshot this store opened with has been verified (at
+    /// once when it was small or already checked; otherwise this waits for the thread
+    /// verifying it, 10–20 ms for a million keys); an error naming the damage if it is
+    /// not intact — it has then been removed, and reopening rebuilds the index.
+    pub fn index_trusted(&self) -> io::Result<()> {
+        let Some(c) = &self.index_check else {
+            return Ok(());
+        };
+        c.wait().map_err(|why| {
+            err(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: the index snapshot (INDEX) this store was opened with is damaged: \
+                     {why}. It has been removed; close and reopen the store to rebuild the \
+                     index from the segments (no data is lost: the records are intact)",
+                    self.dir.display()
+                ),
+            )
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -1948,9 +1991,10 @@ impl Store {
     }
 
     /// A snapshot of the keys.
-    pub fn keys(&self) -> Vec<Vec<u8>> {
+    pub fn keys(&self) -> io::Result<Vec<Vec<u8>>> {
+        self.index_trusted()?;
         let st = self.state.read().expect("state");
-        st.index.iter().map(|(k, _)| k.to_vec()).collect()
+        Ok(st.index.iter().map(|(k, _)| k.to_vec()).collect())
     }
 
     /// A snapshot of the keys that start with `prefix` and lie in [start, stop), in key
@@ -1961,7 +2005,8 @@ impl Store {
         prefix: &[u8],
         start: Option<&[u8]>,
         stop: Option<&[u8]>,
-    ) -> Vec<Vec<u8>> {
+    ) -> io::Result<Vec<Vec<u8>>> {
+        self.index_trusted()?;
         let mut ks: Vec<Vec<u8>> = {
             let st = self.state.read().expect("state");
             st.index
@@ -1976,19 +2021,21 @@ impl Store {
                 .collect()
         };
         ks.sort_unstable();
-        ks
+        Ok(ks)
     }
 
     /// A snapshot of (key, location) pairs: values are read lazily by the caller.
-    pub fn snapshot(&self) -> Vec<(Vec<u8>, Loc, Arc<Segment>)> {
+    pub fn snapshot(&self) -> io::Result<Vec<Listed>> {
+        self.index_trusted()?;
         if self.opts.durability != Durability::Sync {
             let _ = self.flush();
         }
         let st = self.state.read().expect("state");
-        st.index
+        Ok(st
+            .index
             .iter()
             .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()))
-            .collect()
+            .collect())
     }
 
     pub fn read_at(seg: &Segment, loc: Loc, key: &[u8]) -> io::Result<Vec<u8>> {
@@ -2001,6 +2048,8 @@ impl Store {
     /// files, then retire the old ones atomically (a marker file lists them; a crash at any
     /// point leaves either the old set or the new set readable). Reads and writes go on.
     pub fn compact(&self) -> io::Result<(usize, u64)> {
+        // live records are what the index lists: it must be whole
+        self.index_trusted()?;
         let _only_one = self.compacting.lock().expect("compacting");
         // the index snapshot names the segments about to be retired: drop it first
         snapshot::remove(&self.dir)?;
@@ -2173,7 +2222,7 @@ impl Store {
 
     /// Verify every live record's CRC; returns (records checked, problems).
     pub fn check(&self) -> io::Result<(u64, Vec<String>)> {
-        let snap = self.snapshot();
+        let snap = self.snapshot()?;
         let mut bad = Vec::new();
         for (k, l, seg) in &snap {
             let mut rec = vec![0u8; HEADER + k.len() + l.val_len as usize];
@@ -2193,6 +2242,8 @@ impl Store {
     /// Write the index snapshot describing every segment, the active one up to `end`.
     /// Only when nothing is in flight (closing): the index must match the files exactly.
     fn write_snapshot(&self, end: u64) -> io::Result<()> {
+        // an index that came from a damaged snapshot is not written out again
+        self.index_trusted()?;
         let st = self.state.read().expect("state");
         if self.loaded == Some((st.active, end, st.seq)) && self.dir.join(snapshot::FILE).exists() {
             return Ok(()); // nothing happened since it was read
@@ -2494,6 +2545,93 @@ mod tests {
         let s = Store::open(copy.path(), opts()).unwrap();
         assert!(!s.recovery.from_snapshot);
         assert_eq!(s.len(), 2000 - 2 + 1 + 1500 + 1);
+    }
+
+    #[test]
+    fn large_snapshot_is_mapped_and_verified_in_the_background() {
+        let d = tempfile::tempdir().unwrap();
+        let o = || Options {
+            segment_size: 8 << 20,
+            ..Default::default()
+        };
+        let key = |i: u32| format!("key{i}").into_bytes();
+        let put_range = |s: &Store, r: std::ops::Range<u32>| {
+            let ks: Vec<Vec<u8>> = r.clone().map(key).collect();
+            let vs: Vec<[u8; 4]> = r.map(u32::to_le_bytes).collect();
+            let ops: Vec<(&[u8], Option<&[u8]>)> = ks
+                .iter()
+                .zip(&vs)
+                .map(|(k, v)| (&k[..], Some(&v[..])))
+                .collect();
+            s.batch(&ops).unwrap();
+        };
+        {
+            let s = Store::open(d.path(), o()).unwrap();
+            put_range(&s, 0..150_000);
+        }
+        let index = d.path().join(snapshot::FILE);
+        assert!(
+            fs::metadata(&index).unwrap().len() > 4 << 20,
+            "verified in the background"
+        );
+        {
+            let s = Store::open(d.path(), o()).unwrap();
+            assert!(s.recovery.from_snapshot);
+            assert_eq!(s.recovery.records, 0);
+            assert!(s.state.read().unwrap().index.is_mapped());
+            assert_eq!(s.get(&key(777)).unwrap().unwrap(), 777u32.to_le_bytes());
+            assert_eq!(s.get(b"absent").unwrap(), None); // (after the verification)
+                                                         // writes land in private copies of the mapped pages, never in the file
+            let before = fs::read(&index).unwrap();
+            for i in 0..1000u32 {
+                s.put(format!("new{i}").as_bytes(), b"n").unwrap();
+            }
+            assert!(s.delete(&key(1)).unwrap());
+            assert_eq!(fs::read(&index).unwrap(), before);
+            // growing past the mapped table's room rehashes it into memory
+            put_range(&s, 150_000..300_000);
+            assert!(!s.state.read().unwrap().index.is_mapped());
+            assert_eq!(s.len(), 300_000 + 1000 - 1);
+            assert_eq!(
+                s.get(&key(299_999)).unwrap().unwrap(),
+                299_999u32.to_le_bytes()
+            );
+            assert_eq!(s.get(b"new999").unwrap().unwrap(), b"n");
+        }
+        {
+            let s = Store::open(d.path(), o()).unwrap();
+            assert!(s.recovery.from_snapshot);
+            assert_eq!(s.len(), 300_000 + 1000 - 1);
+            assert_eq!(s.get(&key(1)).unwrap(), None);
+            assert_eq!(s.get(b"new5").unwrap().unwrap(), b"n");
+            assert_eq!(s.keys().unwrap().len(), 300_000 + 1000 - 1);
+        }
+        // damage in the keys (the file's last section): the header holds, so the store
+        // opens on the mapping; the first answer that needs the whole index finds out
+        let mut snap = fs::read(&index).unwrap();
+        let n = snap.len();
+        snap[n - 10] ^= 0x40;
+        fs::write(&index, &snap).unwrap();
+        {
+            let s = Store::open(d.path(), o()).unwrap();
+            assert!(s.recovery.from_snapshot);
+            assert_eq!(s.get(&key(5)).unwrap().unwrap(), 5u32.to_le_bytes()); // a hit: checked against its record
+            let e = s.get(b"absent").unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("INDEX") && msg.contains("keys") && msg.contains("reopen"),
+                "{msg}"
+            );
+            assert!(s.keys().is_err() && s.contains(b"absent").is_err());
+            assert!(s.compact().is_err());
+            assert!(!index.exists(), "a damaged snapshot is removed");
+        } // (and not written out again at close)
+        let s = Store::open(d.path(), o()).unwrap();
+        assert!(!s.recovery.from_snapshot);
+        assert_eq!(s.len(), 300_000 + 1000 - 1);
+        assert_eq!(s.get(b"absent").unwrap(), None);
+        assert_eq!(s.get(b"new5").unwrap().unwrap(), b"n");
     }
 
     #[test]

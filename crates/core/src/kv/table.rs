@@ -6,6 +6,11 @@
 //! The table stores `Copy` values and knows nothing about keys: callers pass the hash
 //! and an equality test. Hashes must be stable across processes for a persisted table,
 //! so the caller owns the hash function and its seed.
+//!
+//! The arrays may be mapped from an index snapshot ([`super::mapped::Arr`]): a table
+//! read back that way is used in place, and only grows into the heap when it rehashes.
+
+use super::mapped::Arr;
 
 const GROUP: usize = 8;
 const EMPTY: u8 = 0xFF;
@@ -78,11 +83,31 @@ fn match_free(group: u64) -> u64 {
     group & HI
 }
 
+/// `(full, deleted)` slots of a table's control bytes (`buckets + GROUP` of them), or
+/// `None` if they are not a table's: a byte that is no control value, the mirrored group
+/// differing from the first, more slots used than the table may fill.
+pub fn count_ctrl(ctrl: &[u8], buckets: usize) -> Option<(usize, usize)> {
+    if !buckets.is_power_of_two() || buckets < GROUP || ctrl.len() != buckets + GROUP {
+        return None;
+    }
+    if ctrl[buckets..] != ctrl[..GROUP] {
+        return None;
+    }
+    // branch-free (a table's control bytes are random: branches would mispredict)
+    let (mut items, mut deleted, mut bad) = (0usize, 0usize, 0usize);
+    for &c in &ctrl[..buckets] {
+        items += (c < 0x80) as usize;
+        deleted += (c == DELETED) as usize;
+        bad += (c > DELETED && c != EMPTY) as usize;
+    }
+    (bad == 0 && items + deleted <= capacity(buckets)).then_some((items, deleted))
+}
+
 pub struct Table<T: Copy> {
     /// `buckets + GROUP` bytes: the last GROUP mirror the first so that any position can
     /// load a whole group.
-    ctrl: Vec<u8>,
-    slots: Vec<T>,
+    ctrl: Arr<u8>,
+    slots: Arr<T>,
     mask: usize,
     items: usize,
     growth_left: usize,
@@ -96,8 +121,8 @@ impl<T: Copy + Default> Table<T> {
     fn with_buckets(buckets: usize) -> Self {
         debug_assert!(buckets.is_power_of_two() && buckets >= GROUP);
         Table {
-            ctrl: filled_vec(buckets + GROUP, EMPTY),
-            slots: filled_vec(buckets, T::default()),
+            ctrl: filled_vec(buckets + GROUP, EMPTY).into(),
+            slots: filled_vec(buckets, T::default()).into(),
             mask: buckets - 1,
             items: 0,
             growth_left: capacity(buckets),
@@ -110,25 +135,29 @@ impl<T: Copy + Default> Table<T> {
 
     /// Rebuild from the arrays of [`Table::raw`]; `None` if they are not a consistent
     /// table (the caller then rebuilds from its source of truth).
-    pub fn from_raw(ctrl: Vec<u8>, slots: Vec<T>) -> Option<Self> {
+    pub fn from_raw(ctrl: Arr<u8>, slots: Arr<T>) -> Option<Self> {
+        let (items, deleted) = count_ctrl(&ctrl, slots.len())?;
+        Self::from_counted(ctrl, slots, items, deleted)
+    }
+
+    /// [`Table::from_raw`] with the counts of full and deleted slots given (as recorded
+    /// when the table was written out) instead of counted: nothing but the first and
+    /// last group of `ctrl` is read here. A table whose control bytes do not match the
+    /// counts misbehaves only in which values it finds: probes are bounded, indexing is
+    /// checked (see [`count_ctrl`] for verifying them).
+    pub fn from_counted(
+        ctrl: Arr<u8>,
+        slots: Arr<T>,
+        items: usize,
+        deleted: usize,
+    ) -> Option<Self> {
         let buckets = slots.len();
         if !buckets.is_power_of_two() || buckets < GROUP || ctrl.len() != buckets + GROUP {
             return None;
         }
-        if ctrl[buckets..] != ctrl[..GROUP] {
-            return None;
-        }
-        // branch-free (a table's control bytes are random: branches would mispredict)
-        let (mut items, mut deleted, mut bad) = (0usize, 0usize, 0usize);
-        for &c in &ctrl[..buckets] {
-            items += (c < 0x80) as usize;
-            deleted += (c == DELETED) as usize;
-            bad += (c > DELETED && c != EMPTY) as usize;
-        }
-        if bad > 0 {
-            return None;
-        }
-        let used = items + deleted;
+        // (the mirrored group is not compared here: that would read the far end of a
+        // mapped array, a disk read when the file is not cached; count_ctrl checks it)
+        let used = items.checked_add(deleted)?;
         if used > capacity(buckets) {
             return None;
         }
@@ -148,6 +177,11 @@ impl<T: Copy + Default> Table<T> {
 
     pub fn len(&self) -> usize {
         self.items
+    }
+
+    /// Slots holding a deleted marker (they count against the load until a rehash).
+    pub fn deleted(&self) -> usize {
+        capacity(self.buckets()) - self.growth_left - self.items
     }
 
     pub fn is_empty(&self) -> bool {
@@ -199,6 +233,14 @@ impl<T: Copy + Default> Table<T> {
                 return Err(free.expect("a group with an empty slot has a free slot"));
             }
             stride += GROUP;
+            if stride > self.mask + GROUP {
+                // every group visited (triangular probing covers them all) and no empty
+                // slot: control bytes that are not a valid table's (a damaged snapshot)
+                return match free {
+                    Some(f) => Err(f),
+                    None => panic!("hash table control bytes damaged: no free slot"),
+                };
+            }
             pos = (pos + stride) & self.mask;
         }
     }
@@ -213,6 +255,7 @@ impl<T: Copy + Default> Table<T> {
                 return (pos + (f.trailing_zeros() / 8) as usize) & self.mask;
             }
             stride += GROUP;
+            assert!(stride <= self.mask + GROUP, "hash table full: no free slot");
             pos = (pos + stride) & self.mask;
         }
     }
@@ -320,7 +363,12 @@ impl<T: Copy + Default> Table<T> {
 
     /// Bytes of memory the arrays use.
     pub fn memory(&self) -> usize {
-        self.ctrl.capacity() + self.slots.capacity() * std::mem::size_of::<T>()
+        self.ctrl.bytes_used() + self.slots.bytes_used()
+    }
+
+    /// Whether the arrays are still those of a mapped snapshot.
+    pub fn is_mapped(&self) -> bool {
+        self.ctrl.is_mapped()
     }
 }
 
@@ -383,13 +431,31 @@ mod tests {
     }
 
     #[test]
+    fn damaged_control_bytes_never_hang_a_lookup() {
+        // no empty slot anywhere (only deleted markers): a valid table never looks like
+        // this, a damaged snapshot could; probing stops after visiting every group
+        let t: Table<u64> = Table::from_counted(
+            vec![DELETED; 64 + GROUP].into(),
+            vec![0u64; 64].into(),
+            0,
+            0,
+        )
+        .expect("counts are only checked against the capacity");
+        for k in 0..100 {
+            assert!(t.find(hash(k), |v| *v == k).is_none());
+            assert!(t.find_or_free(hash(k), |v| *v == k).is_err()); // a deleted slot is free
+        }
+        assert!(count_ctrl(&[DELETED; 64 + GROUP], 64).is_none());
+    }
+
+    #[test]
     fn raw_round_trip_and_rejects_garbage() {
         let mut t: Table<u64> = Table::new();
         for k in 0..1000 {
             put(&mut t, k);
         }
         let (c, s) = t.raw();
-        let back = Table::from_raw(c.to_vec(), s.to_vec()).expect("consistent");
+        let back = Table::from_raw(c.to_vec().into(), s.to_vec().into()).expect("consistent");
         assert_eq!(back.len(), 1000);
         for k in 0..1000 {
             assert!(back.find(hash(k), |v| *v == k).is_some());
@@ -397,7 +463,7 @@ mod tests {
         let mut bad = c.to_vec();
         bad[0] = 0x90; // not a valid control byte
         bad[t.buckets()] = 0x90;
-        assert!(Table::from_raw(bad, s.to_vec()).is_none());
-        assert!(Table::<u64>::from_raw(c[1..].to_vec(), s.to_vec()).is_none());
+        assert!(Table::from_raw(bad.into(), s.to_vec().into()).is_none());
+        assert!(Table::<u64>::from_raw(c[1..].to_vec().into(), s.to_vec().into()).is_none());
     }
 }

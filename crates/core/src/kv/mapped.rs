@@ -1,0 +1,195 @@
+//! Arrays that live either on the heap or in a private mapping of a file.
+//!
+//! The index snapshot (`INDEX`) holds the hash table's arrays exactly as they are in
+//! memory, so opening a store maps the file and uses them where they lie: nothing is
+//! read or copied up front, pages come in from the page cache as lookups touch them, and
+//! the first write to a page copies it (`MAP_PRIVATE`: the file itself never changes).
+//! Opening a store of a million keys then costs what opening an empty one does.
+
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+/// A private (copy-on-write) read-write mapping of a whole file, unmapped when the last
+/// array using it is dropped.
+pub struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; the arrays that point into
+// it hand out access through `&`/`&mut` like a Vec does, so sharing across threads is
+// governed by the borrow rules of their owners.
+unsafe impl Send for Map {}
+// SAFETY: as above: `Map` itself only exposes `len` and `bytes` (shared reads).
+unsafe impl Sync for Map {}
+
+impl Map {
+    /// Map `len` bytes of `fd` privately, readable and writable (writes stay in this
+    /// process). The caller keeps the file from being truncated while it is mapped (a
+    /// store's files are only replaced by rename, never shortened in place).
+    pub fn private(fd: i32, len: usize) -> io::Result<Arc<Map>> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "empty file"));
+        }
+        // SAFETY: a fresh private mapping of `len` bytes of an open file; the kernel picks
+        // the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Arc::new(Map {
+            ptr: ptr.cast(),
+            len,
+        }))
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Say that the mapping will be read at random (`MADV_RANDOM`): a page fault reads
+    /// that page, not the device's read-ahead window around it (8 MiB on some disks: a
+    /// lookup in a cold, mapped hash table would read megabytes per probe).
+    pub fn advise_random(&self) {
+        // SAFETY: advice on exactly this mapping; it changes read-ahead, never contents.
+        unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_RANDOM) };
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The mapped bytes (as this process sees them: its own writes included).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes and lives as long as self.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `private`, no longer referenced
+        // (every array pointing into it holds an Arc to it).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A fixed-length array on the heap or inside a [`Map`].
+pub enum Arr<T> {
+    Heap(Vec<T>),
+    Mapped {
+        _map: Arc<Map>,
+        ptr: *mut T,
+        len: usize,
+    },
+}
+
+// SAFETY: a Mapped array is exclusively owned memory (no two arrays overlap: `mapped`'s
+// contract), accessed through `&self`/`&mut self` exactly like the Vec variant.
+unsafe impl<T: Send> Send for Arr<T> {}
+// SAFETY: as above; shared access only reads.
+unsafe impl<T: Sync> Sync for Arr<T> {}
+
+impl<T> Arr<T> {
+    /// `len` elements of `map` starting at byte `offset`; `None` if they do not fit or
+    /// are misaligned for `T`.
+    ///
+    /// # Safety
+    /// Every bit pattern must be a valid `T` (plain integers, no padding), and no other
+    /// array may cover any of these bytes.
+    pub unsafe fn mapped(map: &Arc<Map>, offset: usize, len: usize) -> Option<Arr<T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>())?;
+        if offset.checked_add(bytes)? > map.len
+            || !(map.ptr as usize + offset).is_multiple_of(std::mem::align_of::<T>())
+        {
+            return None;
+        }
+        Some(Arr::Mapped {
+            _map: map.clone(),
+            // SAFETY: offset + bytes <= len: inside the mapping.
+            ptr: unsafe { map.ptr.add(offset) }.cast(),
+            len,
+        })
+    }
+
+    /// Bytes of memory behind the array (a Vec's capacity; a mapped array's length).
+    pub fn bytes_used(&self) -> usize {
+        std::mem::size_of::<T>()
+            * match self {
+                Arr::Heap(v) => v.capacity(),
+                Arr::Mapped { len, .. } => *len,
+            }
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, Arr::Mapped { .. })
+    }
+}
+
+impl<T> Deref for Arr<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Arr::Heap(v) => v,
+            // SAFETY: `mapped` checked bounds and alignment; the Arc keeps the mapping.
+            Arr::Mapped { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+}
+
+impl<T> DerefMut for Arr<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Arr::Heap(v) => v,
+            // SAFETY: as in deref; the mapping is writable (private: the file is not
+            // changed) and this array is the only one covering these bytes.
+            Arr::Mapped { ptr, len, .. } => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+        }
+    }
+}
+
+impl<T> From<Vec<T>> for Arr<T> {
+    fn from(v: Vec<T>) -> Self {
+        Arr::Heap(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn private_writes_do_not_reach_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let mut f = std::fs::File::create(&p).unwrap();
+        f.write_all(&[7u8; 8192]).unwrap();
+        drop(f);
+        let f = std::fs::File::open(&p).unwrap();
+        let map = Map::private(f.as_raw_fd(), 8192).unwrap();
+        // SAFETY: u8/u64 accept any bits; the two arrays do not overlap.
+        let mut a: Arr<u8> = unsafe { Arr::mapped(&map, 0, 4096) }.unwrap();
+        let b: Arr<u64> = unsafe { Arr::mapped(&map, 4096, 512) }.unwrap();
+        assert!(unsafe { Arr::<u64>::mapped(&map, 3, 1) }.is_none()); // misaligned
+        assert!(unsafe { Arr::<u64>::mapped(&map, 4096, 513) }.is_none()); // too long
+        drop(map);
+        a[0] = 1;
+        assert_eq!(a[..2], [1, 7]);
+        assert_eq!(b[511], u64::from_ne_bytes([7; 8]));
+        assert!(a.is_mapped() && b.bytes_used() == 4096);
+        drop((a, b));
+        assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 8192]);
+    }
+}
