@@ -57,6 +57,31 @@ impl Map {
         self.len
     }
 
+    /// Map the pages of `[off, off + len)` into this mapping (reading what the page
+    /// cache lacks), so that lookups there stop faulting — and, since mapped pages are
+    /// not dropped from the page cache by `POSIX_FADV_DONTNEED` or light memory
+    /// pressure, stay fast. Pages the process already wrote (its private copies) are left
+    /// alone. Best effort: where `MADV_POPULATE_READ` (5.14) is missing, every page is
+    /// read once instead.
+    pub fn populate(&self, off: usize, len: usize) {
+        const MADV_POPULATE_READ: i32 = 22;
+        let start = off / 4096 * 4096;
+        let end = (off + len).min(self.len);
+        if start >= end {
+            return;
+        }
+        // SAFETY: [start, end) lies inside this mapping (start is page-aligned, like the
+        // mapping); POPULATE_READ only faults pages in.
+        let p = unsafe { self.ptr.add(start) };
+        if unsafe { libc::madvise(p.cast(), end - start, MADV_POPULATE_READ) } == 0 {
+            return;
+        }
+        for at in (start..end).step_by(4096) {
+            // SAFETY: at < len: inside the mapping; a volatile read faults the page in.
+            unsafe { std::ptr::read_volatile(self.ptr.add(at)) };
+        }
+    }
+
     /// Say that the mapping will be read at random (`MADV_RANDOM`): a page fault reads
     /// that page, not the device's read-ahead window around it (8 MiB on some disks: a
     /// lookup in a cold, mapped hash table would read megabytes per probe).
