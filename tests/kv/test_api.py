@@ -599,6 +599,16 @@ def test_large_index_snapshot_is_mapped_and_damage_is_reported(tmp_path: Path) -
         assert db.recovery["from_snapshot"] and db.recovery["records"] == 0
         assert db.get(b"key777") == b"v777" and db.get(b"absent") is None
         assert b"key5" in db and len(db) == 150_000
+
+    async def from_asyncio() -> None:
+        # right after the open the verdict is not in: the loop does not wait for it
+        # (gets go to the pool thread until it is), and the answers are the same
+        async with kv.open_async(p) as adb:
+            got = await asyncio.gather(adb.get(b"key42"), adb.get(b"absent"))
+            assert got == [b"v42", None]
+            assert await adb.multi_get([b"key1", b"nope"]) == [b"v1", None]
+
+    asyncio.run(from_asyncio())
     raw = bytearray(index.read_bytes())
     raw[-10] ^= 0x40  # inside the key arena, the file's last section
     index.write_bytes(raw)

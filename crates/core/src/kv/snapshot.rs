@@ -139,6 +139,9 @@ impl Check {
 
     /// Whether the verdict is in (without waiting).
     pub fn is_done(&self) -> bool {
+        if self.good.load(Ordering::Acquire) {
+            return true;
+        }
         self.verdict
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -1802,6 +1802,12 @@ impl Store {
         cached_only: bool,
         f: impl FnOnce(&[u8]) -> R,
     ) -> io::Result<Option<R>> {
+        if cached_only && !self.index_verdict_in() {
+            // Just opened on a mapped snapshot that is still being verified (and read
+            // in): a lookup may fault its pages from the disk, and an absent key waits
+            // for the verdict — not for an event loop to wait on.
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         let (loc, seg, active) = {
             let st = self.state.read().expect("state");
             match st.index.get(key) {
@@ -1823,6 +1829,9 @@ impl Store {
 
     /// Whether every present key's record is in memory (see [`Store::get_cached`]).
     pub fn all_cached(&self, keys: &[&[u8]]) -> bool {
+        if !self.index_verdict_in() {
+            return false; // (see get_cached)
+        }
         let st = self.state.read().expect("state");
         keys.iter().all(|k| match st.index.get(k) {
             None => true,
@@ -1959,6 +1968,11 @@ impl Store {
             self.index_trusted()?;
         }
         Ok(found)
+    }
+
+    /// Whether [`Store::index_trusted`] would answer without waiting.
+    pub fn index_verdict_in(&self) -> bool {
+        self.index_check.as_ref().is_none_or(|c| c.is_done())
     }
 
     /// Ok once the mapped index snapshot this store opened with has been verified (at
