@@ -597,7 +597,9 @@ def test_large_index_snapshot_is_mapped_and_damage_is_reported(tmp_path: Path) -
     assert index.stat().st_size > 4 << 20
     with kv.open(p) as db:
         assert db.recovery["from_snapshot"] and db.recovery["records"] == 0
+        assert db.stats()["index_mapped"] == 1
         assert db.get(b"key777") == b"v777" and db.get(b"absent") is None
+        assert db.stats()["index_verified"] == 1  # (the miss waited for it)
         assert b"key5" in db and len(db) == 150_000
 
     async def from_asyncio() -> None:

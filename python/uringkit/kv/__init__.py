@@ -253,6 +253,10 @@ class DB:
         self._s.sync()
 
     def stats(self) -> dict[str, int]:
+        """Counters: keys, segments, bytes_on_disk, dead_bytes, index_bytes (native
+        memory of the index), index_mapped (1 while the index is still the mapped INDEX
+        snapshot), index_verified (1 once that snapshot's checksums have been checked),
+        seq, io_uring, direct, write_syscalls, group_commits."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:

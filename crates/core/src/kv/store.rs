@@ -2223,6 +2223,10 @@ impl Store {
             ("bytes_on_disk".into(), size),
             ("dead_bytes".into(), dead),
             ("index_bytes".into(), st.index.memory() as u64),
+            // 1 while the table is still the mapped snapshot (not yet grown into the heap)
+            ("index_mapped".into(), st.index.is_mapped() as u64),
+            // 1 once the snapshot's checksums are verified (or there was none to verify)
+            ("index_verified".into(), self.index_verdict_in() as u64),
             ("seq".into(), st.seq),
             ("io_uring".into(), uring),
             ("direct".into(), self.opts.direct as u64),
