@@ -2061,8 +2061,11 @@ impl Ring {
     /// Queue a futex2 wait on the 32-bit word at the start of `buf` (a writable buffer,
     /// 4-byte aligned, kept alive until the completion): it completes with 0 once woken
     /// (futex_wake, or FUTEX_WAKE from any thread), or -EAGAIN at once if the word is not
-    /// `val`. Kernel 6.7+ (`"futex_wait" in Ring.probe()`).
-    #[pyo3(signature = (buf, val, *, mask=4294967295, futex_flags=130, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    /// `val`. Kernel 6.7+ (`"futex_wait" in Ring.probe()`). `futex_flags` defaults to a
+    /// shared 32-bit futex (2): 130 (FUTEX2_PRIVATE) is faster, but on 6.16+ kernels a
+    /// private wait queued while the process has a single thread is never woken once a
+    /// second thread starts (a kernel bug); wait and wake must use the same flags.
+    #[pyo3(signature = (buf, val, *, mask=4294967295, futex_flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
     #[allow(clippy::too_many_arguments)]
     fn futex_wait(
         &mut self,
@@ -2087,7 +2090,7 @@ impl Ring {
 
     /// Queue a futex2 wake of up to `count` waiters of the word at the start of `buf`;
     /// the completion's `res` is how many were woken.
-    #[pyo3(signature = (buf, count=1, *, mask=4294967295, futex_flags=130, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[pyo3(signature = (buf, count=1, *, mask=4294967295, futex_flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
     #[allow(clippy::too_many_arguments)]
     fn futex_wake(
         &mut self,
@@ -2108,6 +2111,92 @@ impl Ring {
             Slot::new(user_data, 0, Keep::Buf(b)),
             opts(link, hardlink, drain, async_, skip_success),
         )
+    }
+
+    /// Queue a futex2 wait on several words at once (futex_waitv(2)): `futexes` is a list
+    /// of `(buf, val)`, each `buf` as for futex_wait (kept alive until the completion).
+    /// It completes with the index of the word that was woken, or -EAGAIN at once if a
+    /// word already differs from its `val`. At most 128 words. Kernel 6.7+
+    /// (`"futex_waitv" in Ring.probe()`).
+    #[pyo3(signature = (futexes, *, futex_flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn futex_waitv(
+        &mut self,
+        futexes: Vec<(Bound<'_, PyAny>, u64)>,
+        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        if futexes.is_empty() || futexes.len() > 128 {
+            return Err(PyValueError::new_err(format!(
+                "futexes must list 1 to 128 (buf, val) pairs (got {})",
+                futexes.len()
+            )));
+        }
+        let mut bufs = Vec::with_capacity(futexes.len());
+        let mut v = Vec::with_capacity(futexes.len());
+        for (buf, val) in &futexes {
+            let (b, word) = futex_word(buf)?;
+            v.push(op::futex::waitv_entry(word, *val, futex_flags));
+            bufs.push(b);
+        }
+        let v: Box<[io_uring::types::FutexWaitV]> = v.into();
+        let (p, n) = (v.as_ptr(), v.len() as u32);
+        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+        slot.owned = Owned::FutexV(v);
+        self.queue(
+            op::futex::waitv(p, n),
+            slot,
+            opts(link, hardlink, drain, async_, skip_success),
+        )
+    }
+
+    /// Queue a vectored read (preadv2) into parts of one registered Buffer: `ranges` is
+    /// a list of `(start, length)` within `buf`, filled in order from `offset` (-1: the
+    /// file position). `res` is the bytes read. Kernel 6.15+ (`"readv_fixed" in
+    /// Ring.probe()`).
+    #[pyo3(signature = (fd, buf, ranges, offset=-1, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn readv_fixed(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        ranges: Vec<(usize, usize)>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        self.vectored_fixed(fd, buf, &ranges, offset, true, user_data, o)
+    }
+
+    /// Queue a vectored write (pwritev2) from parts of one registered Buffer: `ranges`
+    /// as for readv_fixed. Kernel 6.15+.
+    #[pyo3(signature = (fd, buf, ranges, offset=-1, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn writev_fixed(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        ranges: Vec<(usize, usize)>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
+        link: bool,
+        hardlink: bool,
+        drain: bool,
+        async_: bool,
+        skip_success: bool,
+    ) -> PyResult<()> {
+        let o = opts(link, hardlink, drain, async_, skip_success);
+        self.vectored_fixed(fd, buf, &ranges, offset, false, user_data, o)
     }
 
     /// Queue epoll_ctl(2) on the epoll set `epfd` (e.g. `select.epoll().fileno()`):
@@ -2888,6 +2977,64 @@ impl Ring {
         self.queue(e, slot, o)
     }
 
+    /// READV_FIXED / WRITEV_FIXED over `(start, length)` ranges of a registered Buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn vectored_fixed(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        ranges: &[(usize, usize)],
+        offset: i64,
+        read: bool,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        self.fixed_buffer(buf)?;
+        let b = buf.get();
+        let size = b.pool.size;
+        if ranges.is_empty() || ranges.len() > 1024 {
+            return Err(PyValueError::new_err(format!(
+                "ranges must list 1 to 1024 (start, length) pairs (got {})",
+                ranges.len()
+            )));
+        }
+        for (i, &(start, len)) in ranges.iter().enumerate() {
+            if start.checked_add(len).is_none_or(|end| end > size) {
+                return Err(PyValueError::new_err(format!(
+                    "ranges[{i}] = ({start}, {len}) reaches past the end of buf ({size} bytes)"
+                )));
+            }
+        }
+        let base = b.ptr();
+        let iov: Box<[libc::iovec]> = ranges
+            .iter()
+            .map(|&(start, len)| libc::iovec {
+                // (start + len <= size: checked above)
+                iov_base: base.wrapping_add(start).cast(),
+                iov_len: len,
+            })
+            .collect();
+        let (p, n) = (iov.as_ptr(), iov.len() as u32);
+        let total: u64 = ranges.iter().map(|r| r.1 as u64).sum();
+        let mut slot = Slot::new(user_data, 0, Keep::Obj(buf.clone().into_any().unbind()));
+        slot.io = IoInfo {
+            fd: raw_of(fd),
+            addr: iov[0].iov_base as u64,
+            len: total,
+            offset: off,
+            buf_group: None,
+        };
+        slot.owned = Owned::Iovecs(iov);
+        let e = if read {
+            op::rw::readv_fixed(fd, p, n, b.index, off)
+        } else {
+            op::rw::writev_fixed(fd, p, n, b.index, off)
+        };
+        self.queue(e, slot, o)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn fixed_rw(
         &mut self,
@@ -3072,7 +3219,12 @@ impl Drop for Ring {
 // (the defaults in the signatures above are literals so that Python shows them)
 const _: () = assert!(op::xattr::XATTR_SIZE_MAX == 65536);
 const _: () = assert!(op::futex::FUTEX_BITSET_MATCH_ANY == 4294967295);
-const _: () = assert!(op::futex::FUTEX2_SIZE_U32 | op::futex::FUTEX2_PRIVATE == 130);
+// Default futex flags: a 32-bit word, *shared* (not FUTEX2_PRIVATE): on kernels with a
+// per-process private futex hash (6.16+), a private wait queued through io_uring while
+// the process has one thread stays in the global hash, and once a second thread starts
+// private wakes look in the new per-process hash only — the wait is never woken. Shared
+// futexes always use the global hash.
+const _: () = assert!(op::futex::FUTEX2_SIZE_U32 == 2);
 
 /// The futex word at the start of `buf`: a writable, 4-byte aligned buffer of at least
 /// 4 bytes, held (the returned buffer) until the op completes.

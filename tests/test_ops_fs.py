@@ -286,6 +286,95 @@ def test_futex_wait_and_wake(ring: Ring) -> None:
         ring.futex_wake(bytearray(2))
 
 
+def test_futex_wait_armed_before_the_first_thread(tmp_path: Path) -> None:
+    """A wait queued while the process has a single thread is still woken by a thread
+    started afterwards (with the default flags: on 6.16+ kernels a *private* futex wait
+    is lost there — the process's futex hash changes when its second thread starts)."""
+    import subprocess
+    import sys
+
+    need_ops("futex_wait", "futex_wake")
+    code = """
+import os, threading
+from uringkit import Ring
+assert len(os.listdir("/proc/self/task")) == 1, "single-threaded to start with"
+ring = Ring(8)
+word = bytearray(4)
+ring.futex_wait(word, 0, user_data=1)
+ring.submit()
+def waker():
+    with Ring(4) as other:
+        other.futex_wake(word, user_data=2)
+        other.wait(1, timeout=5)
+t = threading.Thread(target=waker)
+t.start()
+got = ring.wait(1, timeout=5)
+t.join()
+print([(c.user_data, c.res) for c in got])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[(1, 0)]"
+
+
+def test_futex_waitv(ring: Ring) -> None:
+    """futex_waitv waits on several words at once and completes with the index of the
+    one woken; a word that already differs fails it with EAGAIN; each word's memory
+    stays alive while it waits, whatever Python drops."""
+    import errno
+
+    need_ops("futex_waitv", "futex_wake")
+    words = [bytearray(4) for _ in range(3)]
+    ring.futex_waitv([(w, 0) for w in words], user_data=1)
+    ring.submit()
+    assert ring.wait(1, timeout=0.05) == []
+    ring.futex_wake(words[2], user_data=2)
+    got = {c.user_data: c.res for c in wait_all(ring, 2)}
+    assert got == {1: 2, 2: 1}  # woke the third word
+    words[1][0] = 5
+    ring.futex_waitv([(words[0], 0), (words[1], 0)], user_data=3)
+    (c,) = wait_all(ring, 1)
+    assert c.res == -errno.EAGAIN
+    kept = bytearray(4)
+    ring.futex_waitv([(kept, 0)], user_data=4)
+    ring.submit()
+    view = memoryview(kept)
+    del kept  # the ring holds the word
+    ring.futex_wake(view, user_data=5)
+    assert {c.user_data: c.res for c in wait_all(ring, 2)} == {4: 0, 5: 1}
+    with pytest.raises(ValueError, match="1 to 128"):
+        ring.futex_waitv([])
+    with pytest.raises(ValueError, match="4-byte boundary"):
+        ring.futex_waitv([(memoryview(words[0])[1:], 0)])
+
+
+def test_readv_writev_fixed(ring: Ring, tmp_path: Path) -> None:
+    """readv_fixed/writev_fixed move data between a file and (start, length) ranges of
+    one registered Buffer, in order; ranges outside the buffer are refused up front."""
+    need_ops("readv_fixed", "writev_fixed")
+    (buf,) = ring.register_buffers(1, 8192)
+    mv = memoryview(buf)
+    mv[:100] = b"a" * 100
+    mv[4096:4196] = b"b" * 100
+    fd = os.open(tmp_path / "v", os.O_RDWR | os.O_CREAT)
+    try:
+        ring.writev_fixed(fd, buf, [(4096, 100), (0, 50)], 10, user_data=1)
+        (c,) = wait_all(ring, 1)
+        assert c.res == 150
+        assert os.pread(fd, 200, 0) == bytes(10) + b"b" * 100 + b"a" * 50
+        os.pwrite(fd, b"0123456789", 0)
+        ring.readv_fixed(fd, buf, [(8000, 4), (2000, 6)], 0, user_data=2)
+        (c,) = wait_all(ring, 1)
+        assert c.res == 10
+        assert bytes(mv[8000:8004]) == b"0123" and bytes(mv[2000:2006]) == b"456789"
+        with pytest.raises(ValueError, match=r"ranges\[1\] = \(8000, 200\) reaches past"):
+            ring.readv_fixed(fd, buf, [(0, 1), (8000, 200)], 0)
+        with pytest.raises(ValueError, match="1 to 1024"):
+            ring.writev_fixed(fd, buf, [], 0)
+    finally:
+        os.close(fd)
+
+
 def test_pipe(ring: Ring) -> None:
     """pipe(flags=): the completion's result is (read_fd, write_fd), with the flags
     applied; bad flags fail with EINVAL."""

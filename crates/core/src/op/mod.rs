@@ -255,6 +255,8 @@ pub enum Owned {
     Fds(Box<[i32; 2]>),
     /// epoll_ctl's event, or the array epoll_wait fills.
     Epoll(Box<[libc::epoll_event]>),
+    /// futex_waitv's array of words.
+    FutexV(Box<[io_uring::types::FutexWaitV]>),
 }
 
 // SAFETY: the raw pointers inside (iovec bases, msghdr fields) point into memory that the

@@ -51,6 +51,20 @@ pub fn writev(fd: FdArg, iov: *const libc::iovec, n: u32, offset: u64) -> Entry 
         .build())
 }
 
+/// `preadv2` into iovecs that all lie inside registered buffer `index` (6.15+).
+pub fn readv_fixed(fd: FdArg, iov: *const libc::iovec, n: u32, index: u16, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::ReadvFixed::new(t, iov, n, index)
+        .offset(offset)
+        .build())
+}
+
+/// `pwritev2` from iovecs that all lie inside registered buffer `index` (6.15+).
+pub fn writev_fixed(fd: FdArg, iov: *const libc::iovec, n: u32, index: u16, offset: u64) -> Entry {
+    with_fd!(fd, |t| opcode::WritevFixed::new(t, iov, n, index)
+        .offset(offset)
+        .build())
+}
+
 pub fn read_fixed(fd: FdArg, buf: *mut u8, len: u32, index: u16, offset: u64) -> Entry {
     with_fd!(fd, |t| opcode::ReadFixed::new(t, buf, len, index)
         .offset(offset)
