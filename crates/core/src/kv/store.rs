@@ -603,6 +603,9 @@ impl Store {
         }
         index.purge_tombstones();
         index.shrink();
+        if let Some(c) = &index_check {
+            c.start(); // (after the replay: see Check::start)
+        }
         rec.segments = raw.len();
         guard.0.clear(); // from here on, Segment owns each fd
         let mut segs: BTreeMap<u32, Arc<Segment>> = raw
