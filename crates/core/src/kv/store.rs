@@ -2263,12 +2263,19 @@ impl Store {
     /// Write the index snapshot describing every segment, the active one up to `end`.
     /// Only when nothing is in flight (closing): the index must match the files exactly.
     fn write_snapshot(&self, end: u64) -> io::Result<()> {
+        {
+            let st = self.state.read().expect("state");
+            if self.loaded == Some((st.active, end, st.seq))
+                && self.dir.join(snapshot::FILE).exists()
+            {
+                // nothing happened since it was read (and if its verification is still
+                // running, it goes on; a damaged file is removed by it)
+                return Ok(());
+            }
+        }
         // an index that came from a damaged snapshot is not written out again
         self.index_trusted()?;
         let st = self.state.read().expect("state");
-        if self.loaded == Some((st.active, end, st.seq)) && self.dir.join(snapshot::FILE).exists() {
-            return Ok(()); // nothing happened since it was read
-        }
         let mut segs = Vec::with_capacity(st.segs.len());
         for (id, seg) in &st.segs {
             // the snapshot must never point at data the disk may not have (cheap for
