@@ -327,3 +327,36 @@ def test_read_batch_not_shared_errors_and_direct(ring: Ring, tmp_path: Path) -> 
         assert all(buf[i * 4096 : (i + 1) * 4096] == data[o : o + 4096] for i, o in enumerate(offs))
     finally:
         os.close(rfd)
+
+
+def test_read_batch_from_threads_at_once(tmp_path: Path) -> None:
+    """Several threads, each with a ring, read batches at the same time (the GIL is
+    released while the kernel copies; one of them at a time gets the read helper, the
+    others read alone): every batch reads what the file holds."""
+    import threading
+
+    need_ops("read")
+    fd, data = _batch_file(tmp_path, 2 << 20)
+    errors: list[BaseException] = []
+
+    def reader(t: int) -> None:
+        try:
+            with Ring(64) as r:
+                for k in range(40):
+                    offs = [((t * 977 + k * 131 + i * 37) % 512) * 4096 for i in range(48)]
+                    buf = bytearray(4096 * len(offs))
+                    assert r.read_batch(fd, buf, offs, 4096) == [4096] * len(offs)
+                    for i, o in enumerate(offs):
+                        assert buf[i * 4096 : (i + 1) * 4096] == data[o : o + 4096]
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=reader, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        os.close(fd)
+    assert not errors, errors[0]
