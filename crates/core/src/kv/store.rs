@@ -2576,6 +2576,28 @@ mod tests {
     }
 
     #[test]
+    fn snapshots_of_another_layout_are_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(d.path(), opts()).unwrap();
+            for i in 0..100u32 {
+                s.put(format!("k{i}").as_bytes(), b"v").unwrap();
+            }
+        }
+        let index = d.path().join(snapshot::FILE);
+        let mut snap = fs::read(&index).unwrap();
+        snap[4] = 2; // the version before the mapped layout
+        fs::write(&index, &snap).unwrap();
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert!(!s.recovery.from_snapshot);
+        assert_eq!(s.len(), 100);
+        drop(s); // writes the current layout again
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert!(s.recovery.from_snapshot);
+        assert_eq!(s.get(b"k99").unwrap().unwrap(), b"v");
+    }
+
+    #[test]
     fn large_snapshot_is_mapped_and_verified_in_the_background() {
         let d = tempfile::tempdir().unwrap();
         let o = || Options {
