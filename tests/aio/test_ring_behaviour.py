@@ -484,7 +484,7 @@ def test_direct_reads_use_the_read_pool_and_cancel_returns_its_buffers(
     plain aligned buffers; a cancelled read's buffer returns to the pool only once its
     completion arrives (never while the kernel may still write into it) — after a storm
     of cancellations the pool is whole and every read that finished has its own data."""
-    from uringkit.aio._backend import FIXED_COUNT, get_backend
+    from uringkit.aio._backend import FIXED_COUNT, FIXED_SIZE, get_backend
 
     if FIXED_COUNT == 0:
         pytest.skip("URINGKIT_AIO_FIXED_BUFFERS=0")
@@ -513,10 +513,14 @@ def test_direct_reads_use_the_read_pool_and_cancel_returns_its_buffers(
             while ring.read_pool_free != FIXED_COUNT and loop.time() < deadline:
                 await asyncio.sleep(0.001)  # cancelled reads' completions still arriving
             assert ring.read_pool_free == FIXED_COUNT
-            # short reads at the end of the file; larger reads use aligned buffers
+            # short reads at the end of the file; reads of any size up to FIXED_SIZE
+            # (an unaligned one: the blocks around it), larger ones use aligned buffers
             assert await f.read_at(4096, len(data) - 512) == data[-512:]
             assert await f.read_at(4096, len(data)) == b""
             assert await f.read_at(3 * 4096, 0) == data[: 3 * 4096]
+            assert await f.read_at(FIXED_SIZE - 1000, 777) == data[777 : FIXED_SIZE - 223]
+            big = FIXED_SIZE + 4096
+            assert await f.read_at(big, 8192) == data[8192 : 8192 + big]
             assert ring.read_pool_free == FIXED_COUNT
 
     ring_run(go)

@@ -42,12 +42,15 @@ RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
 EARLY_SUBMIT = int(os.environ.get("URINGKIT_EARLY_SUBMIT", "8"))
 #: O_DIRECT reads of up to FIXED_SIZE bytes go through the loop ring's read pool: buffers
 #: registered with it (READ_FIXED: no page pinning per read), lent per read, the bytes
-#: copied out natively when the read completes. FIXED_COUNT of them: 512 KiB of locked
+#: copied out natively when the read completes. FIXED_COUNT of them: 1 MiB of locked
 #: memory, registered at the first direct read; 0 turns this off (reads then use
 #: unregistered aligned buffers, as when the registration is refused by RLIMIT_MEMLOCK
-#: or more reads are in flight than the pool has buffers).
-FIXED_SIZE = 4096
-FIXED_COUNT = int(os.environ.get("URINGKIT_AIO_FIXED_BUFFERS", "128"))
+#: or more reads are in flight than the pool has buffers). 16 KiB covers the block sizes
+#: of direct-I/O stores and the aligned range around an unaligned 4 KiB read; 64 of them
+#: cover 64 reads in flight (16 KiB reads: 9.3 vs 10-12.7 us of CPU per read through
+#: plain buffers; 4 KiB reads as fast as with the 128 x 4 KiB pool it replaces).
+FIXED_SIZE = 16384
+FIXED_COUNT = int(os.environ.get("URINGKIT_AIO_FIXED_BUFFERS", "64"))
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 AT_SYMLINK_NOFOLLOW = 0x100
