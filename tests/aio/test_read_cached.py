@@ -130,5 +130,8 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 print(os.waitstatus_to_exitcode(status))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != "URINGKIT_READ_HELPER"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
     assert out.stdout.strip() == "0", out.stderr
