@@ -5,6 +5,18 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, Self, final
 
 from typing_extensions import Buffer as _BufferProtocol
+from typing_extensions import TypedDict, Unpack
+
+class _SqeOpts(TypedDict, total=False):
+    """The keywords every Ring op takes (docs/ring.md, "Common keywords"); all optional,
+    defaults in brackets."""
+
+    user_data: int  # [0] your tag, returned in the completion
+    link: bool  # [False] IOSQE_IO_LINK
+    hardlink: bool  # [False] IOSQE_IO_HARDLINK
+    drain: bool  # [False] IOSQE_IO_DRAIN
+    async_: bool  # [False] IOSQE_ASYNC
+    skip_success: bool  # [False] IOSQE_CQE_SKIP_SUCCESS
 
 __version__: str
 __all__ = [
@@ -202,13 +214,7 @@ class Ring:
     def completions(self, max: int | None = None) -> list[Completion]: ...
     def nop(
         self,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def read(
         self,
@@ -219,13 +225,8 @@ class Ring:
         nbytes: int | None = None,
         buffer_ring: BufferRing | None = None,
         multishot: bool = False,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
         rw_flags: int = 0,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def write(
         self,
@@ -234,39 +235,22 @@ class Ring:
         offset: int = ...,
         *,
         nbytes: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
         rw_flags: int = 0,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def readv(
         self,
         fd: _Fd,
         buffers: Iterable[_BufferProtocol],
         offset: int = ...,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def writev(
         self,
         fd: _Fd,
         buffers: Iterable[_BufferProtocol],
         offset: int = ...,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def read_fixed(
         self,
@@ -275,12 +259,7 @@ class Ring:
         offset: int = ...,
         *,
         nbytes: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def write_fixed(
         self,
@@ -289,24 +268,14 @@ class Ring:
         offset: int = ...,
         *,
         nbytes: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def fsync(
         self,
         fd: _Fd,
         *,
         datasync: bool = False,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def fallocate(
         self,
@@ -315,12 +284,7 @@ class Ring:
         offset: int = 0,
         *,
         mode: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def openat(
         self,
@@ -330,23 +294,12 @@ class Ring:
         *,
         dir_fd: int = ...,
         fixed_slot: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def close(
         self,
         fd: _Fd | None = None,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def statx(
         self,
@@ -355,12 +308,7 @@ class Ring:
         dir_fd: int = ...,
         flags: int = 0,
         mask: int = ...,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def renameat(
         self,
@@ -370,12 +318,7 @@ class Ring:
         old_dir_fd: int = ...,
         new_dir_fd: int = ...,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def unlinkat(
         self,
@@ -383,12 +326,7 @@ class Ring:
         *,
         dir_fd: int = ...,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def mkdirat(
         self,
@@ -396,12 +334,7 @@ class Ring:
         mode: int = 0o777,
         *,
         dir_fd: int = ...,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def symlinkat(
         self,
@@ -409,12 +342,7 @@ class Ring:
         link_path: _Path,
         *,
         dir_fd: int = ...,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def linkat(
         self,
@@ -424,12 +352,7 @@ class Ring:
         old_dir_fd: int = ...,
         new_dir_fd: int = ...,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def splice(
         self,
@@ -440,12 +363,7 @@ class Ring:
         nbytes: int,
         *,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def tee(
         self,
@@ -454,12 +372,7 @@ class Ring:
         nbytes: int,
         *,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def accept(
         self,
@@ -467,24 +380,13 @@ class Ring:
         *,
         multishot: bool = False,
         flags: int = ...,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def connect(
         self,
         fd: _Fd,
         address: _Address,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def recv(
         self,
@@ -495,12 +397,7 @@ class Ring:
         flags: int = 0,
         multishot: bool = False,
         buffer_ring: BufferRing | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def send(
         self,
@@ -509,12 +406,7 @@ class Ring:
         *,
         nbytes: int | None = None,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def send_zc(
         self,
@@ -523,12 +415,7 @@ class Ring:
         *,
         nbytes: int | None = None,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def sendmsg(
         self,
@@ -537,12 +424,7 @@ class Ring:
         address: _Address | None = None,
         *,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def sendmsg_zc(
         self,
@@ -551,12 +433,7 @@ class Ring:
         address: _Address | None = None,
         *,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def recvmsg(
         self,
@@ -564,24 +441,13 @@ class Ring:
         buffers: Iterable[_BufferProtocol],
         *,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def shutdown(
         self,
         fd: _Fd,
         how: int,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def socket(
         self,
@@ -590,12 +456,7 @@ class Ring:
         protocol: int = 0,
         *,
         fixed_slot: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def timeout(
         self,
@@ -603,23 +464,12 @@ class Ring:
         *,
         count: int = 0,
         absolute: bool = False,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def link_timeout(
         self,
         seconds: float,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def cancel(
         self,
@@ -627,12 +477,7 @@ class Ring:
         *,
         fd: _Fd | None = None,
         all: bool = False,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def openat2(
         self,
@@ -643,25 +488,14 @@ class Ring:
         resolve: int = 0,
         dir_fd: int = ...,
         fixed_slot: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def waitid(
         self,
         idtype: int,
         id: int,
         options: int,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def msg_ring(
         self,
@@ -669,12 +503,7 @@ class Ring:
         res: int = 0,
         *,
         data: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def poll_add(
         self,
@@ -682,23 +511,12 @@ class Ring:
         mask: int = 1,
         *,
         multishot: bool = False,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def poll_remove(
         self,
         target: int,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def sync_file_range(
         self,
@@ -707,12 +525,7 @@ class Ring:
         offset: int = 0,
         *,
         flags: int = 2,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def fadvise(
         self,
@@ -720,13 +533,7 @@ class Ring:
         offset: int,
         length: int,
         advice: int,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def madvise(
         self,
@@ -734,12 +541,7 @@ class Ring:
         advice: int,
         *,
         length: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def getxattr(
         self,
@@ -747,12 +549,7 @@ class Ring:
         name: _Path,
         *,
         size: int = 65536,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def setxattr(
         self,
@@ -761,12 +558,7 @@ class Ring:
         value: _BufferProtocol,
         *,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def futex_wait(
         self,
@@ -775,12 +567,7 @@ class Ring:
         *,
         mask: int = 4294967295,
         futex_flags: int = 2,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def futex_wake(
         self,
@@ -789,24 +576,14 @@ class Ring:
         *,
         mask: int = 4294967295,
         futex_flags: int = 2,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def futex_waitv(
         self,
         futexes: Sequence[tuple[_BufferProtocol, int]],
         *,
         futex_flags: int = 2,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def readv_fixed(
         self,
@@ -814,13 +591,7 @@ class Ring:
         buf: Buffer,
         ranges: Sequence[tuple[int, int]],
         offset: int = ...,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def writev_fixed(
         self,
@@ -828,13 +599,7 @@ class Ring:
         buf: Buffer,
         ranges: Sequence[tuple[int, int]],
         offset: int = ...,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def epoll_ctl(
         self,
@@ -844,82 +609,42 @@ class Ring:
         events: int = 0,
         *,
         data: int | None = None,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def epoll_wait(
         self,
         epfd: _Fd,
         maxevents: int = 64,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def pipe(
         self,
         *,
         flags: int = 0,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def ftruncate(
         self,
         fd: _Fd,
         length: int,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def bind(
         self,
         fd: _Fd,
         address: _Address,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def listen(
         self,
         fd: _Fd,
         backlog: int = 128,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def timeout_remove(
         self,
         target: int,
-        *,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def timeout_update(
         self,
@@ -927,12 +652,7 @@ class Ring:
         seconds: float,
         *,
         absolute: bool = False,
-        user_data: int = 0,
-        link: bool = False,
-        hardlink: bool = False,
-        drain: bool = False,
-        async_: bool = False,
-        skip_success: bool = False,
+        **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def read_batch(
         self,

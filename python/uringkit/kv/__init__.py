@@ -38,6 +38,20 @@ __all__ = ["DB", "AsyncDB", "Batch", "open", "open_async"]
 MAX_KEY = 64 * 1024
 #: values read per multi_get while iterating in key order
 _SCAN_CHUNK = 1000
+
+
+def _need_bound(prefix: bytes | None, start: bytes | None, stop: bytes | None) -> None:
+    """delete_range refuses to delete everything by omission."""
+    if prefix is None and start is None and stop is None:
+        raise ValueError("delete_range needs prefix=, start= or stop= (all keys: use a new store)")
+
+
+def _chunks(keys: list[bytes]) -> Iterator[list[bytes]]:
+    """A scan's keys in the chunks whose values are read together (one multi_get each)."""
+    for i in range(0, len(keys), _SCAN_CHUNK):
+        yield keys[i : i + _SCAN_CHUNK]
+
+
 MAX_VALUE = 64 * 1024 * 1024
 
 
@@ -194,10 +208,7 @@ class DB:
         """Delete every key that starts with `prefix` and lies in [start, stop) (RocksDB's
         DeleteRange; give at least one bound) in one atomic batch; returns how many.
         A key put by another thread after the keys were listed is not deleted."""
-        if prefix is None and start is None and stop is None:
-            raise ValueError(
-                "delete_range needs prefix=, start= or stop= (all keys: use a new store)"
-            )
+        _need_bound(prefix, start, stop)
         keys = self._s.keys_range(prefix, start, stop, False)
         if keys:
             self._s.batch([(k, None) for k in keys])
@@ -224,8 +235,7 @@ class DB:
         if not include_value:
             yield from keys
             return
-        for i in range(0, len(keys), _SCAN_CHUNK):
-            part = keys[i : i + _SCAN_CHUNK]
+        for part in _chunks(keys):
             for k, v in zip(part, self._s.multi_get(part), strict=True):
                 if v is not None:
                     yield (k, v)
@@ -497,10 +507,7 @@ class AsyncDB:
     ) -> int:
         """`DB.delete_range` for asyncio: the deletes go out as one atomic batch (with
         durability="sync", through the loop's ring like any batch)."""
-        if prefix is None and start is None and stop is None:
-            raise ValueError(
-                "delete_range needs prefix=, start= or stop= (all keys: use a new store)"
-            )
+        _need_bound(prefix, start, stop)
         keys: list[bytes] = await self._run(self.db._s.keys_range, prefix, start, stop, False)
         if keys:
             await self.batch([(k, None) for k in keys])
@@ -523,8 +530,7 @@ class AsyncDB:
             for k in keys:
                 yield k
             return
-        for i in range(0, len(keys), _SCAN_CHUNK):
-            part = keys[i : i + _SCAN_CHUNK]
+        for part in _chunks(keys):
             for k, v in zip(part, await self.multi_get(part), strict=True):
                 if v is not None:
                     yield (k, v)
