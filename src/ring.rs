@@ -701,10 +701,19 @@ impl Ring {
     /// its explanation; futures already done (cancelled) are skipped. The other
     /// completions are returned, as `completions()` would. An event loop's hot path: one
     /// native call per wake-up instead of a Python loop over Completion objects.
+    ///
+    /// With a list as `wake`, a future whose only done-callback is waiting (the Task that
+    /// awaits it) has that callback taken off before its result is set, and
+    /// `(callback, future, context)` is appended to `wake` instead of being scheduled
+    /// with `loop.call_soon`: the caller — a loop callback, never a running task — runs
+    /// them (`context.run(callback, future)`) once this returns. That saves each woken
+    /// task a Handle and a trip through the ready queue of asyncio's (Python) loop.
+    #[pyo3(signature = (futures, wake=None))]
     fn dispatch(
         &mut self,
         py: Python<'_>,
         futures: &Bound<'_, pyo3::types::PyDict>,
+        wake: Option<&Bound<'_, pyo3::types::PyList>>,
     ) -> PyResult<Vec<Completion>> {
         let mut slow = std::mem::take(&mut self.leftover);
         let mut out = Vec::new();
@@ -718,6 +727,9 @@ impl Ring {
                     futures.del_item(d.user_data)?;
                     if !fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
                         let set = pyo3::intern!(py, "set_result");
+                        if let Some(wake) = wake {
+                            take_waiter(py, &fut, wake)?;
+                        }
                         if let (
                             true,
                             Some(Slot {
@@ -3337,4 +3349,29 @@ fn register_error(e: std::io::Error, what: &str, n: u32) -> PyErr {
 #[pyfunction]
 pub fn op_table() -> Vec<(&'static str, u8, &'static str)> {
     OPS.iter().map(|o| (o.name, o.code, o.since)).collect()
+}
+
+/// `dispatch`'s direct wake-up: when `fut` has exactly one done-callback, remove it and
+/// append `(callback, fut, context)` to `wake` (the caller sets the result next, which
+/// then schedules nothing). Any other shape is left to the future's own scheduling.
+fn take_waiter(
+    py: Python<'_>,
+    fut: &Bound<'_, PyAny>,
+    wake: &Bound<'_, pyo3::types::PyList>,
+) -> PyResult<()> {
+    let cbs = fut.getattr(pyo3::intern!(py, "_callbacks"))?;
+    let Ok(cbs) = cbs.cast::<pyo3::types::PyList>() else {
+        return Ok(()); // None: nobody waits
+    };
+    if cbs.len() != 1 {
+        return Ok(());
+    }
+    let Ok((cb, ctx)) = cbs
+        .get_item(0)?
+        .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+    else {
+        return Ok(());
+    };
+    fut.call_method1(pyo3::intern!(py, "remove_done_callback"), (&cb,))?;
+    wake.append((cb, fut, ctx))
 }

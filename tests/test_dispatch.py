@@ -4,6 +4,7 @@ path), the rest come back as Completion objects; errors keep their explanation."
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import os
 import time
@@ -195,3 +196,88 @@ def test_read_bytes_future_lends_pool_buffers(tmp_path: Path) -> None:
 
     asyncio.run(go())
     os.close(fd)
+
+
+def test_dispatch_hands_back_the_single_waiter_to_run(tmp_path: Path) -> None:
+    """With a `wake` list: a future with exactly one done-callback gets its result, loses
+    the callback to the list (nothing is scheduled through the loop); futures with no or
+    several callbacks, and cancelled ones, keep asyncio's own scheduling."""
+    data, fd = _random_file(tmp_path, 4096)
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        seen: list[tuple[str, object]] = []
+        with Ring(64) as ring:
+            futs: dict[int, asyncio.Future[object]] = {}
+            for ud in (1, 2, 3, 4):
+                ring.read(fd, bytearray(10), 0, user_data=ud)
+                futs[ud] = loop.create_future()
+            futs[1].add_done_callback(lambda f: seen.append(("one", f.result())))
+            futs[2].add_done_callback(lambda f: seen.append(("two-a", f.result())))
+            futs[2].add_done_callback(lambda f: seen.append(("two-b", f.result())))
+            futs[4].add_done_callback(lambda f: seen.append(("cancelled", None)))
+            futs[4].cancel()
+            all_futs = dict(futs)
+            ring.submit()
+            wake: list[object] = []
+            deadline = time.monotonic() + 5
+            while futs and time.monotonic() < deadline:
+                assert ring.dispatch(futs, wake) == []
+            assert all(f.done() for f in all_futs.values())
+            # only future 1 had a single waiter: handed back, not scheduled
+            assert len(wake) == 1
+            cb, fut, ctx = wake[0]  # type: ignore[misc]
+            assert fut is all_futs[1] and isinstance(ctx, contextvars.Context)
+            await asyncio.sleep(0)  # the loop runs what was scheduled: 2's two, 4's
+            assert sorted(k for k, _ in seen) == ["cancelled", "two-a", "two-b"]
+            ctx.run(cb, fut)
+            assert ("one", 10) in seen and all_futs[3].result() == 10
+
+    asyncio.run(go())
+    os.close(fd)
+
+
+@pytest.mark.parametrize("direct_wake", ["0", "1"])
+def test_tasks_woken_by_the_ring_keep_context_and_identity(
+    tmp_path: Path, direct_wake: str
+) -> None:
+    """A task resumed inside the loop's wake-up (URINGKIT_DIRECT_WAKE, the default) sees
+    its own contextvars and is asyncio's current task, as when resumed from the ready
+    queue; cancelling one mid-read still cancels only that one."""
+    import subprocess
+    import sys
+
+    data, fd = _random_file(tmp_path, 1 << 20)
+    os.close(fd)
+    code = f"""
+import asyncio, contextvars, sys
+from uringkit import aio
+var = contextvars.ContextVar("var")
+async def reader(f, i):
+    var.set(i)
+    me = asyncio.current_task()
+    got = []
+    for k in range(40):
+        got.append(await f.read_at(4096, ((i * 40 + k) % 256) * 4096))
+        assert var.get() == i and asyncio.current_task() is me, "context or task lost"
+    return got
+async def main():
+    f = await aio.open({str(tmp_path / "f")!r}, "rb", direct=True)
+    tasks = [asyncio.create_task(reader(f, i)) for i in range(32)]
+    await asyncio.sleep(0)
+    tasks[5].cancel()
+    res = await asyncio.gather(*tasks, return_exceptions=True)
+    await f.close()
+    assert isinstance(res[5], asyncio.CancelledError), res[5]
+    data = open({str(tmp_path / "f")!r}, "rb").read()
+    for i, got in enumerate(res):
+        if i != 5:
+            assert got == [data[((i*40+k)%256)*4096:][:4096] for k in range(40)]
+    print("ok")
+asyncio.run(main())
+"""
+    env = {**os.environ, "URINGKIT_DIRECT_WAKE": direct_wake}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if "EINVAL" in r.stderr and "O_DIRECT" in r.stderr:
+        pytest.skip("no O_DIRECT on this filesystem")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
