@@ -145,7 +145,8 @@ impl KvStore {
 impl KvStore {
     #[new]
     #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
-        repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true))]
+        repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true,
+        warm=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -159,6 +160,7 @@ impl KvStore {
         io_uring: bool,
         direct: bool,
         index_snapshot: bool,
+        warm: bool,
     ) -> PyResult<Self> {
         let durability = match durability {
             "sync" => Durability::Sync,
@@ -186,6 +188,7 @@ impl KvStore {
             use_uring: io_uring,
             direct,
             index_snapshot,
+            warm,
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_flusher(&store);
@@ -394,6 +397,11 @@ impl KvStore {
     fn compact(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
         let s = self.store()?;
         py.detach(|| s.compact()).map_err(kv_err)
+    }
+
+    /// Read the segments into the page cache in the background (see Store::warm_up).
+    fn warm_up(&self) -> PyResult<bool> {
+        Ok(self.store()?.warm_up())
     }
 
     /// Make everything written so far durable.

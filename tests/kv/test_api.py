@@ -627,3 +627,75 @@ def test_large_index_snapshot_is_mapped_and_damage_is_reported(tmp_path: Path) -
         assert not db.recovery["from_snapshot"]
         assert len(db) == 150_000 and db.get(b"absent") is None
         assert db.get(b"key149999") == b"v149999"
+
+
+def _evict(p: Path) -> None:
+    for seg in p.glob("*.seg"):
+        fd = os.open(seg, os.O_RDONLY)
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def _wait_warmed(db: kv.DB, want: int) -> int:
+    import time
+
+    deadline = time.monotonic() + 20
+    while db.stats()["warmed_bytes"] < want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return db.stats()["warmed_bytes"]
+
+
+def _cold_store(p: Path, n: int = 6000) -> tuple[list[bytes], int]:
+    """A store of `n` 500-byte values in 1 MiB segments, closed; its keys and the bytes
+    of its segment files."""
+    keys = [b"key%06d" % i for i in range(n)]
+    with kv.open(p, durability="none", segment_size=1 << 20) as db:
+        db.write([(k, k * 50) for k in keys])
+    return keys, sum(s.stat().st_size for s in p.glob("*.seg"))
+
+
+def test_a_cold_multi_get_warms_the_store(tmp_path: Path) -> None:
+    """open(warm=True): once a multi_get has to read values from the disk, a background
+    thread reads every segment into the page cache (stats()["warmed_bytes"] counts it);
+    warm=False leaves the store cold until asked (DB.warm_up)."""
+    p = tmp_path / "db"
+    keys, total = _cold_store(p)
+    assert total > 2 << 20  # several segments
+    rng = random.Random(5)
+    for warm in (True, False):
+        with kv.open(p, durability="none", warm=warm) as db:
+            _evict(p)
+            if db._s.all_cached(keys):
+                pytest.skip("this filesystem keeps the store cached (no eviction)")
+            for _ in range(10):
+                got = rng.sample(range(len(keys)), 100)
+                assert db.multi_get([keys[i] for i in got]) == [keys[i] * 50 for i in got]
+            if warm:
+                assert _wait_warmed(db, total) == total
+                assert db._s.all_cached(keys), "warmed, yet values are not in memory"
+                assert db.warm_up() is True  # (once per open: it ran already)
+            else:
+                # (the kernel's own read-around may have cached it meanwhile)
+                assert db.stats()["warmed_bytes"] == 0
+                assert db.warm_up() is True
+                assert _wait_warmed(db, total) == total
+                assert db._s.all_cached(keys)
+            # and every value still reads back whole
+            assert db.multi_get(keys) == [k * 50 for k in keys]
+
+
+def test_closing_while_warming_up(tmp_path: Path) -> None:
+    """The warm-up thread holds the segments it reads; closing the store stops it at its
+    next chunk and reopening works at once."""
+    p = tmp_path / "db"
+    keys, _ = _cold_store(p)
+    for _ in range(3):
+        with kv.open(p, durability="none") as db:
+            _evict(p)
+            db.warm_up()
+        with kv.open(p, durability="none") as db:
+            assert db.get(keys[-1]) == keys[-1] * 50
+            db.put(b"new", b"x")
+        with kv.open(p) as db:
+            assert db.get(b"new") == b"x"

@@ -262,11 +262,20 @@ class DB:
     def sync(self) -> None:
         self._s.sync()
 
+    def warm_up(self) -> bool:
+        """Start reading the store's segments into the page cache in a background
+        thread (what `open(warm=True)` does by itself once a multi_get finds the store
+        cold), at most once per open. True if that reading runs or ran; False if the
+        segments do not fit in a quarter of the memory available (or are empty).
+        `stats()["warmed_bytes"]` counts its progress."""
+        return self._s.warm_up()
+
     def stats(self) -> dict[str, int]:
         """Counters: keys, segments, bytes_on_disk, dead_bytes, index_bytes (native
         memory of the index), index_mapped (1 while the index is still the mapped INDEX
         snapshot), index_verified (1 once that snapshot's checksums have been checked),
-        seq, io_uring, direct, write_syscalls, group_commits."""
+        seq, warmed_bytes (segment bytes the background warm-up has read in, see
+        `open(warm=...)`), io_uring, direct, write_syscalls, group_commits."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:
@@ -299,6 +308,7 @@ def open(  # noqa: A001
     io_uring: bool = True,
     direct: bool = False,
     index_snapshot: bool = True,
+    warm: bool = True,
 ) -> DB:
     """Open (or create) the store in directory `path`.
 
@@ -323,6 +333,14 @@ def open(  # noqa: A001
     16-byte keys) so that the next open maps it instead of rebuilding it (~20-40 ms
     instead of ~0.3 s per million keys); `index_snapshot=False` skips both (and removes
     an old snapshot at close).
+
+    `warm=True` (the default): when a multi_get finds values that are not in the page
+    cache, the store's segments are read in by a background thread (once per open, 4 MiB
+    at a time, lowest best-effort I/O priority) — only if they fit in a quarter of the
+    memory available, so caching the store whole evicts nothing that matters. A cold
+    store then warms at the disk's sequential speed instead of one 4 KiB page per missed
+    value (LMDB gets the same from the kernel's read-around on its mapped file). Set
+    `warm=False` for stores read rarely, or to keep their pages out of memory.
     """
     p = os.fspath(path)
     store = KvStore(
@@ -336,6 +354,7 @@ def open(  # noqa: A001
         io_uring=io_uring,
         direct=direct,
         index_snapshot=index_snapshot,
+        warm=warm,
     )
     return DB(store, p)
 
@@ -540,6 +559,10 @@ class AsyncDB:
 
     async def stats(self) -> dict[str, int]:
         return self.db.stats()
+
+    async def warm_up(self) -> bool:
+        """As `DB.warm_up` (it only starts a thread: no I/O on the loop)."""
+        return self.db.warm_up()
 
     async def check(self) -> tuple[int, list[str]]:
         """Read and verify every record (off the loop)."""

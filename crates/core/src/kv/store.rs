@@ -3,6 +3,7 @@
 
 use super::append::Appender;
 use super::index::{Index, Loc, Put, TOMBSTONE};
+use super::mapped;
 use super::record::{self, Kind, FLAG_BATCH, HEADER};
 use super::snapshot::{self, SnapSeg};
 use std::collections::BTreeMap;
@@ -11,7 +12,7 @@ use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,10 @@ pub struct Options {
     pub direct: bool,
     /// Write the index to `INDEX` when closing (and use it when opening).
     pub index_snapshot: bool,
+    /// Read a cold store's segments into the page cache in the background once a
+    /// multi_get finds values missing from it, when they fit in a quarter of the
+    /// memory available (see `Store::warm_up`).
+    pub warm: bool,
 }
 
 impl Default for Options {
@@ -49,6 +54,7 @@ impl Default for Options {
             use_uring: true,
             direct: false,
             index_snapshot: true,
+            warm: true,
         }
     }
 }
@@ -337,6 +343,14 @@ pub struct Store {
     index_check: Option<Arc<snapshot::Check>>,
     /// durable group commits written (each one write + one fdatasync)
     group_commits: AtomicU64,
+    /// `warm_up` ran (it starts its reading at most once per open).
+    warm_started: AtomicBool,
+    /// ... and started its thread.
+    warm_running: AtomicBool,
+    /// Set when the store closes: the warm-up thread stops at its next chunk.
+    warm_stop: Arc<AtomicBool>,
+    /// Segment bytes the warm-up thread has faulted in so far (stats).
+    warmed: Arc<AtomicU64>,
     pub recovery: Recovery,
 }
 
@@ -354,6 +368,23 @@ fn map_or_null(len: usize, prot: i32, flags: i32, fd: i32) -> *const u8 {
     } else {
         p as *const u8
     }
+}
+
+/// Start reading `[off, off + len)` of `fd` into the page cache (`POSIX_FADV_WILLNEED`:
+/// the reads are queued, not waited for). Nothing to do for an empty range.
+fn will_need(fd: i32, off: usize, len: usize) {
+    if len > 0 {
+        // SAFETY: advice on an open fd; it only starts reads into the page cache.
+        unsafe { libc::posix_fadvise(fd, off as i64, len as i64, libc::POSIX_FADV_WILLNEED) };
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 fn err(kind: io::ErrorKind, msg: String) -> io::Error {
@@ -694,6 +725,10 @@ impl Store {
             loaded,
             index_check,
             group_commits: AtomicU64::new(0),
+            warm_started: AtomicBool::new(false),
+            warm_running: AtomicBool::new(false),
+            warm_stop: Arc::new(AtomicBool::new(false)),
+            warmed: Arc::new(AtomicU64::new(0)),
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
             reader: Mutex::new(None),
@@ -1845,6 +1880,87 @@ impl Store {
         })
     }
 
+    /// A multi_get found the store cold (a value had to come from the disk): read the
+    /// segments into the page cache in the background — once per open, and only when
+    /// they fit in a quarter of the memory available, so that caching them whole evicts
+    /// nothing that matters. LMDB gets the same from the kernel's read-around on its
+    /// mapped file (8 MiB per fault on this machine's disk); xkv's lookups read exact
+    /// records, so without this a cold store warms one 4 KiB page per miss. The thread
+    /// faults the segments' mappings in 4 MiB at a time (`MADV_POPULATE_READ`) at best-
+    /// effort I/O priority 7, oldest segment first, and stops when the store closes.
+    /// `Options::warm = false` turns the automatic start off; `warm_up` itself always
+    /// tries. True when a warm-up runs or ran in this open; false when the segments do
+    /// not fit the budget (or there is nothing to read).
+    pub fn warm_up(&self) -> bool {
+        if self.warm_started.swap(true, Ordering::Relaxed) {
+            return self.warm_running.load(Ordering::Relaxed);
+        }
+        let segs: Vec<Arc<Segment>> = {
+            let st = self.state.read().expect("state");
+            st.segs
+                .values()
+                .filter(|s| !s.mirror && !s.map.is_null())
+                .cloned()
+                .collect()
+        };
+        let total: u64 = segs.iter().map(|s| s.map_len as u64).sum();
+        if total == 0 || total > mem_available().unwrap_or(0) / 4 {
+            return false;
+        }
+        let stop = self.warm_stop.clone();
+        let warmed = self.warmed.clone();
+        // (a failed spawn leaves the store as cold as it was: nothing else to do)
+        let spawned = std::thread::Builder::new()
+            .name("uringkit-warm".into())
+            .spawn(move || {
+                // best effort, lowest level (as the index verifier): the store's own
+                // reads go first where the I/O scheduler honours priorities
+                // SAFETY: ioprio_set only changes this thread's I/O priority.
+                unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
+                const CHUNK: usize = 4 << 20;
+                for s in &segs {
+                    // Only what the file holds now: the active segment's mapping covers
+                    // its whole capacity, and a page wholly past the end of the file
+                    // cannot be read. Files are never truncated while mapped.
+                    // SAFETY: fstat of the segment's open fd into a zeroed stat buffer.
+                    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                    if unsafe { libc::fstat(s.fd, &mut st) } != 0 {
+                        continue;
+                    }
+                    let end = s.map_len.min(st.st_size.max(0) as usize);
+                    for off in (0..end).step_by(CHUNK) {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        if off == 0 {
+                            will_need(s.fd, 0, CHUNK);
+                        }
+                        // The next chunk's reads go out (all at once, whatever the
+                        // device's read-ahead window) while this one is mapped in: two
+                        // chunks in flight, a steady stream for the disk.
+                        will_need(
+                            s.fd,
+                            off + CHUNK,
+                            CHUNK.min(end.saturating_sub(off + CHUNK)),
+                        );
+                        // SAFETY: [0, end) of the segment's live file mapping (the Arc
+                        // keeps it mapped), all within the file.
+                        unsafe { mapped::populate(s.map, end, off, CHUNK) };
+                        warmed.fetch_add(CHUNK.min(end - off) as u64, Ordering::Relaxed);
+                    }
+                }
+            });
+        self.warm_running.store(spawned.is_ok(), Ordering::Relaxed);
+        spawned.is_ok()
+    }
+
+    /// multi_get's trigger: a value had to come from the disk.
+    fn warm_up_auto(&self) {
+        if self.opts.warm && !self.warm_started.load(Ordering::Relaxed) {
+            self.warm_up();
+        }
+    }
+
     /// Values for many keys (None for missing), read in one batch.
     pub fn multi_get(&self, keys: &[&[u8]]) -> io::Result<Vec<Option<Vec<u8>>>> {
         if self.opts.durability != Durability::Sync {
@@ -1876,6 +1992,9 @@ impl Store {
                         let t = Instant::now();
                         out.push(Some(Self::read_value(&s, l, k)?));
                         cold_seen = t.elapsed() > Duration::from_micros(30);
+                        if cold_seen {
+                            self.warm_up_auto();
+                        }
                     } else if s.resident(at, l.val_len as usize) {
                         out.push(Some(Self::read_value(&s, l, k)?));
                     } else {
@@ -2231,6 +2350,8 @@ impl Store {
             // 1 once the snapshot's checksums are verified (or there was none to verify)
             ("index_verified".into(), self.index_verdict_in() as u64),
             ("seq".into(), st.seq),
+            // segment bytes read in by the background warm-up (Store::warm_up)
+            ("warmed_bytes".into(), self.warmed.load(Ordering::Relaxed)),
             ("io_uring".into(), uring),
             ("direct".into(), self.opts.direct as u64),
             ("write_syscalls".into(), syscalls),
@@ -2302,6 +2423,7 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        self.warm_stop.store(true, Ordering::Relaxed);
         if let Ok(mut c) = self.commit.lock() {
             let flushed = self.flush_locked(&mut c, true).is_ok();
             let end = c.write_off;
