@@ -67,6 +67,35 @@ def test_binary_reads(tmp_path: Path, run: Any) -> None:
     assert run(lambda: async_script(aiofiles.open, p, "rb")) == want
 
 
+def test_read_all_of_sizeless_growing_and_shrinking_files(tmp_path: Path, run: Any) -> None:
+    """read() to EOF reads what fstat says is there in one read, and still reads files
+    whose size says nothing (procfs: 0) and files that grew or shrank since open — as
+    the stdlib and aiofiles do."""
+    p = tmp_path / "g.bin"
+    p.write_bytes(b"a" * 5000)
+
+    async def script(opener: Callable[..., Any]) -> list[Any]:
+        out: list[Any] = []
+        async with opener("/proc/self/mounts", "rb") as f:
+            out.append(len(await f.read()) > 0)
+        async with opener(p, "rb") as f:
+            out.append(await f.read(10))
+            with open(p, "ab") as g:
+                g.write(b"b" * 70000)  # grows after open, before read()
+            out.append(await f.read())
+            out.append(await f.read())
+            os.truncate(p, 100)  # shrinks below the position
+            out.append(await f.read())
+            await f.seek(50)
+            out.append(await f.read())
+        p.write_bytes(b"a" * 5000)
+        return out
+
+    want = [True, b"a" * 10, b"a" * 4990 + b"b" * 70000, b"", b"", b"a" * 50]
+    assert run(lambda: script(ours)) == want
+    assert run(lambda: script(aiofiles.open)) == want
+
+
 @pytest.mark.parametrize("newline", [None, "", "\n", "\r\n"])
 def test_text_reads(tmp_path: Path, run: Any, newline: str | None) -> None:
     p = tmp_path / "t.txt"

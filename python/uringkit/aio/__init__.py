@@ -16,8 +16,10 @@ Works on asyncio's default loop and on uvloop.
 from __future__ import annotations
 
 import fcntl
+import functools
 import io
 import os as _os
+import stat as _stat
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -49,6 +51,11 @@ def _flags(mode: str) -> tuple[int, bool, bool, bool, bool]:
     """(flags, readable, writable, append, binary) for a mode string, validated like open()."""
     if not isinstance(mode, str):
         raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
+    return _parse_mode(str(mode))
+
+
+@functools.lru_cache(maxsize=64)  # (a program opens files in a handful of modes)
+def _parse_mode(mode: str) -> tuple[int, bool, bool, bool, bool]:
     modes = set(mode)
     if modes - set("axrwb+t") or len(mode) > len(modes):
         raise ValueError(f"invalid mode: '{mode}'")
@@ -184,8 +191,6 @@ async def _open(
             fd = await backend.openat(path, flags, 0o666)
     try:
         st = _os.fstat(fd)
-        import stat as _stat
-
         if _stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(21, "Is a directory", str(name))
         raw = AsyncFile(
@@ -199,6 +204,7 @@ async def _open(
             closefd=closefd,
             direct=direct,
             buffer_size=buffer_size,
+            regular=_stat.S_ISREG(st.st_mode),
         )
     except BaseException:
         if closefd and not isinstance(file, int):
@@ -209,6 +215,7 @@ async def _open(
     return AsyncTextFile(raw, encoding, errors, newline, line_buffering=line_buffering, mode=mode)
 
 
+@functools.lru_cache(maxsize=64)
 def _mode_name(mode: str) -> str:
     """The binary file's mode as the stdlib's FileIO spells it: 'rb', 'wb+', 'ab', 'xb+'
     (open(p, 'r+b').mode == 'rb+')."""

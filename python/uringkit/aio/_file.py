@@ -52,12 +52,14 @@ def _give_back(pool: list[Any], buf: Any) -> None:
         pool.append(buf)
 
 
-def _closes_inline(fd: int) -> bool:
+def _closes_inline(fd: int, regular: bool | None = None) -> bool:
     """A regular file on a local filesystem (ext2/3/4, xfs, btrfs, tmpfs): no ->flush on
     close. FUSE, NFS, CIFS and the like talk to a server on close: those go through the
-    ring."""
+    ring. `regular`: S_ISREG of the fd if known already."""
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and is_local_fs(fd)
+        if regular is None:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        return regular and is_local_fs(fd)
     except OSError:
         return False
 
@@ -112,8 +114,11 @@ class AsyncFile(_Lines[bytes]):
         closefd: bool,
         direct: bool,
         buffer_size: int = 0,
+        regular: bool | None = None,
     ) -> None:
         self._b = backend
+        #: S_ISREG of the fd, when the opener knows it (None: found out when needed)
+        self._regular = regular
         self._fd = fd
         self.name = name
         self.mode = mode
@@ -254,15 +259,20 @@ class AsyncFile(_Lines[bytes]):
             rest = 0 if self._stream else max(0, os.fstat(self._fd).st_size - self._pos)
             parts = [head]
             while True:
-                # the known size first (so a cached file is one inline read), then chunks
-                # until EOF (the file may have grown)
-                chunk = await self._pread(rest or CHUNK, self._at(self._pos))
+                # The size fstat reported first: a cached file is then one inline read,
+                # and getting all of it ends the read (as if the file grew, if it did,
+                # just after it — no second read to confirm the end). Otherwise (size 0
+                # as in /proc, a stream) chunks until an empty read.
+                want = rest or CHUNK
+                chunk = await self._pread(want, self._at(self._pos))
                 if not chunk:
                     break
                 parts.append(chunk)
                 self._pos += len(chunk)
+                if rest and not self._stream:
+                    break  # all of it — or less: the file shrank (reads are completed)
                 rest = 0
-            return b"".join(parts)
+            return b"".join(parts) if len(parts) > 2 or head else parts[-1]
         head = self._from_buf(size)
         if len(head) == size:
             return head
@@ -620,7 +630,7 @@ class AsyncFile(_Lines[bytes]):
                         await self._b.run(os.unlink, self.unlink_on_close)
 
     async def _close_fd(self) -> None:
-        if not self._writable and not self._stream and _closes_inline(self._fd):
+        if not self._writable and not self._stream and _closes_inline(self._fd, self._regular):
             # A read-only file on a local filesystem: close cannot block (no
             # ->flush to call; io_uring would close it inline too), so skip the
             # loop round trip.
