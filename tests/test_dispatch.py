@@ -281,3 +281,40 @@ asyncio.run(main())
     if "EINVAL" in r.stderr and "O_DIRECT" in r.stderr:
         pytest.skip("no O_DIRECT on this filesystem")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_system_exit_in_a_woken_task_strands_no_other_task(tmp_path: Path) -> None:
+    """A task resumed inside the reap that raises SystemExit leaves the loop; the tasks
+    of the same reap not resumed yet go back to the ready queue, so a program that
+    catches it and runs the loop on sees them finish (instead of waiting forever for
+    wake-ups that were taken off their futures)."""
+    import subprocess
+    import sys
+
+    data, fd = _random_file(tmp_path, 1 << 20)
+    os.close(fd)
+    code = f"""
+import asyncio, sys
+from uringkit import aio
+async def reader(f, i, stop):
+    for k in range(40):
+        await f.read_at(4096, ((i * 7 + k) % 256) * 4096)
+        if stop and k == 3:
+            sys.exit(7)
+    return i
+loop = asyncio.new_event_loop()
+f = loop.run_until_complete(aio.open({str(tmp_path / "f")!r}, "rb", direct=True))
+tasks = [loop.create_task(reader(f, i, i == 5)) for i in range(32)]
+try:
+    loop.run_until_complete(asyncio.gather(*tasks))
+except SystemExit:
+    pass
+others = asyncio.gather(*(t for i, t in enumerate(tasks) if i != 5))
+got = loop.run_until_complete(asyncio.wait_for(others, 20))
+assert got == [i for i in range(32) if i != 5], got
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if "EINVAL" in r.stderr and "O_DIRECT" in r.stderr:
+        pytest.skip("no O_DIRECT on this filesystem")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -381,10 +381,14 @@ class RingBackend:
         if wake:
             # What call_soon would run one Handle each, run in this one: a task awaiting
             # a read resumes here (in its own context), as it would from the ready queue.
-            for cb, fut, ctx in wake:
+            for i, (cb, fut, ctx) in enumerate(wake):
                 try:
                     ctx.run(cb, fut)
                 except (SystemExit, KeyboardInterrupt):
+                    # leaving the loop: the tasks not resumed yet go back to the ready
+                    # queue (their futures are done; nothing else would wake them)
+                    for cb2, fut2, ctx2 in wake[i + 1 :]:
+                        self.loop.call_soon(cb2, fut2, context=ctx2)
                     raise
                 except BaseException as exc:
                     self.loop.call_exception_handler(
