@@ -103,6 +103,40 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
     return _pool
 
 
+_Woken = list[tuple[Callable[[Any], None], Any, contextvars.Context]]
+
+
+def _take_waiter(fut: asyncio.Future[Any], wake: _Woken) -> None:
+    """Before `fut` gets its result: when its only done-callback is waiting (the task
+    awaiting it), take it off and add it to `wake` for `_run_woken` (Ring.dispatch does
+    the same natively for the futures it resolves)."""
+    cbs = getattr(fut, "_callbacks", None)
+    if cbs is not None and len(cbs) == 1:
+        cb, ctx = cbs[0]
+        fut.remove_done_callback(cb)
+        wake.append((cb, fut, ctx))
+
+
+def _run_woken(loop: asyncio.AbstractEventLoop, wake: _Woken) -> None:
+    """Run the callbacks `_take_waiter`/`Ring.dispatch` took off resolved futures — what
+    call_soon would run one Handle each — here, in one: a task awaiting I/O resumes in
+    its own context, as it would from the ready queue. Only ever called from a loop
+    callback (an eventfd reader, the end-of-iteration flush), never inside a task."""
+    for i, (cb, fut, ctx) in enumerate(wake):
+        try:
+            ctx.run(cb, fut)
+        except (SystemExit, KeyboardInterrupt):
+            # leaving the loop: the tasks not resumed yet go back to the ready queue
+            # (their futures are done; nothing else would wake them)
+            for cb2, fut2, ctx2 in wake[i + 1 :]:
+                loop.call_soon(cb2, fut2, context=ctx2)
+            raise
+        except BaseException as exc:
+            loop.call_exception_handler(
+                {"message": f"Exception in callback {cb!r}", "exception": exc, "future": fut}
+            )
+
+
 class ThreadBackend:
     """Blocking calls on the loop's default executor: aiofiles' model."""
 
@@ -199,10 +233,15 @@ class LibaioBackend(ThreadBackend):
     def _on_ready(self) -> None:
         with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self.efd)
+        wake: _Woken | None = [] if DIRECT_WAKE else None
         for ud, res in self.ctx.completions():
             fut = self.waiting.pop(ud, None)
             if fut is not None and not fut.done():
+                if wake is not None:
+                    _take_waiter(fut, wake)
                 fut.set_result(res)
+        if wake:
+            _run_woken(self.loop, wake)  # (as the ring's reap does)
 
     async def _io(self, submit: Callable[[int], None]) -> int:
         ud = self.next_ud
@@ -358,9 +397,7 @@ class RingBackend:
     def _reap(self) -> None:
         # (only ever called from a loop callback — the eventfd reader or _flush — never
         # from inside a task, so the tasks woken below may run right here)
-        wake: list[tuple[Callable[[Any], None], Any, contextvars.Context]] | None = (
-            [] if DIRECT_WAKE else None
-        )
+        wake: _Woken | None = [] if DIRECT_WAKE else None
         for c in self.ring.dispatch(self.fast, wake):
             entry = self.waiting.get(c.user_data)
             if entry is None or c.more:
@@ -372,32 +409,10 @@ class RingBackend:
                     orphan(c)
             else:
                 if wake is not None:
-                    cbs = getattr(fut, "_callbacks", None)
-                    if cbs is not None and len(cbs) == 1:  # (the awaiting task's)
-                        cb, ctx = cbs[0]
-                        fut.remove_done_callback(cb)
-                        wake.append((cb, fut, ctx))
+                    _take_waiter(fut, wake)
                 fut.set_result(c)
         if wake:
-            # What call_soon would run one Handle each, run in this one: a task awaiting
-            # a read resumes here (in its own context), as it would from the ready queue.
-            for i, (cb, fut, ctx) in enumerate(wake):
-                try:
-                    ctx.run(cb, fut)
-                except (SystemExit, KeyboardInterrupt):
-                    # leaving the loop: the tasks not resumed yet go back to the ready
-                    # queue (their futures are done; nothing else would wake them)
-                    for cb2, fut2, ctx2 in wake[i + 1 :]:
-                        self.loop.call_soon(cb2, fut2, context=ctx2)
-                    raise
-                except BaseException as exc:
-                    self.loop.call_exception_handler(
-                        {
-                            "message": f"Exception in callback {cb!r}",
-                            "exception": exc,
-                            "future": fut,
-                        }
-                    )
+            _run_woken(self.loop, wake)
 
     def _schedule(self) -> None:
         if not self.flush_pending:
