@@ -24,6 +24,14 @@ pub fn os_error(errno: i32, message: impl Into<String>) -> PyErr {
 
 pub fn io_error(e: std::io::Error, context: &str) -> PyErr {
     match e.raw_os_error() {
+        // io_uring_enter answers EBADFD only on a ring set up with R_DISABLED
+        Some(libc::EBADFD) if context.starts_with("io_uring_enter") => os_error(
+            libc::EBADFD,
+            format!(
+                "{context}: the ring was created with disabled=True and takes no \
+                 submissions until Ring.enable()"
+            ),
+        ),
         Some(errno) => os_error(errno, format!("{context}: {}", strerror(errno))),
         None => PyOSError::new_err(format!("{context}: {e}")),
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use uringkit_core::buf::{BufRing, FixedBuffers};
 use uringkit_core::op::{self, FdArg, IoInfo, KStatx, MsgStore, Owned, SockAddr};
 use uringkit_core::ring::probe::OPS;
+use uringkit_core::ring::register;
 use uringkit_core::ring::{self as core_ring, setup::human_bytes, setup::memlock_text};
 use uringkit_core::{Done, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};
 
@@ -425,7 +426,8 @@ static PROBE: OnceLock<Result<Vec<&'static str>, (i32, String)>> = OnceLock::new
 impl Ring {
     #[new]
     #[pyo3(signature = (entries=256, *, sqpoll=false, sq_thread_idle_ms=1000, sq_thread_cpu=None,
-        iopoll=false, coop_taskrun=false, single_issuer=false, defer_taskrun=false, cq_entries=None))]
+        iopoll=false, coop_taskrun=false, single_issuer=false, defer_taskrun=false, cq_entries=None,
+        disabled=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         #[pyo3(from_py_with = int::i64_entries)] entries: i64,
@@ -437,6 +439,7 @@ impl Ring {
         single_issuer: bool,
         defer_taskrun: bool,
         #[pyo3(from_py_with = int::opt_i64_cq_entries)] cq_entries: Option<i64>,
+        disabled: bool,
     ) -> PyResult<Self> {
         let max = core_ring::setup::MAX_ENTRIES as i64;
         if !(1..=max).contains(&entries) {
@@ -464,6 +467,7 @@ impl Ring {
             coop_taskrun,
             single_issuer,
             defer_taskrun,
+            disabled,
         };
         let core = CoreRing::new(cfg.clone()).map_err(setup_err)?;
         Ok(Ring {
@@ -567,6 +571,7 @@ impl Ring {
         d.set_item("coop_taskrun", c.coop_taskrun)?;
         d.set_item("single_issuer", c.single_issuer)?;
         d.set_item("defer_taskrun", c.defer_taskrun)?;
+        d.set_item("disabled", c.disabled)?;
         Ok(d)
     }
 
@@ -2606,6 +2611,141 @@ impl Ring {
             .submitter()
             .register_files_update(offset, &fds)
             .map_err(|e| register_error(e, "update_files", n))
+    }
+
+    /// Restrict what this ring may do (`IORING_REGISTER_RESTRICTIONS`): only the SQE
+    /// opcodes named in `ops` (names as in `Ring.probe()`), only the `io_uring_register`
+    /// operations named in `register` (liburing's names: "register_files",
+    /// "register_buffers", "register_eventfd", ...), SQEs only with flags among
+    /// `allowed_flags` (default: all of "fixed_file", "drain", "link", "hardlink",
+    /// "async", "buffer_select", "skip_success") and with every flag in
+    /// `required_flags`. Only on a ring created with `disabled=True`, once, before
+    /// `enable()`. A refused SQE completes with -EACCES; a refused registration raises
+    /// PermissionError.
+    #[pyo3(signature = (ops, *, register=Vec::new(), allowed_flags=None, required_flags=Vec::new()))]
+    fn restrict(
+        &mut self,
+        ops: Vec<String>,
+        register: Vec<String>,
+        allowed_flags: Option<Vec<String>>,
+        required_flags: Vec<String>,
+    ) -> PyResult<()> {
+        let lookup = |names: &[String], table: &[(&str, u8)], what: &str| -> PyResult<Vec<u8>> {
+            names
+                .iter()
+                .map(|n| {
+                    table.iter().find(|t| t.0 == n).map(|t| t.1).ok_or_else(|| {
+                        let known: Vec<&str> = table.iter().map(|t| t.0).collect();
+                        PyValueError::new_err(format!(
+                            "{what}: unknown name '{n}' (known: {})",
+                            known.join(", ")
+                        ))
+                    })
+                })
+                .collect()
+        };
+        let op_table: Vec<(&str, u8)> = OPS.iter().map(|o| (o.name, o.code)).collect();
+        let flags = |v: Vec<u8>| v.into_iter().fold(0u8, |a, f| a | f);
+        let r = register::Restrictions {
+            ops: lookup(&ops, &op_table, "ops")?,
+            register_ops: lookup(&register, register::REGISTER_OPS, "register")?,
+            flags_allowed: match allowed_flags {
+                None => register::ALL_SQE_FLAGS,
+                Some(f) => flags(lookup(&f, register::SQE_FLAGS, "allowed_flags")?),
+            },
+            flags_required: flags(lookup(
+                &required_flags,
+                register::SQE_FLAGS,
+                "required_flags",
+            )?),
+        };
+        if !self.cfg.disabled {
+            return Err(PyRuntimeError::new_err(
+                "restrict() needs a ring created with disabled=True (restrictions are set before \
+                 the ring takes its first submission)",
+            ));
+        }
+        let core = self.core()?;
+        register::restrict(&core.raw().submitter(), &r).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBADFD) => os_error(
+                libc::EBADFD,
+                "restrict: the ring is enabled already; restrictions go before enable()",
+            ),
+            Some(libc::EBUSY) => os_error(
+                libc::EBUSY,
+                "restrict: this ring has restrictions already (they can be set once)",
+            ),
+            _ => io_error(e, "register_restrictions"),
+        })
+    }
+
+    /// Start a ring created with `disabled=True` (`IORING_REGISTER_ENABLE_RINGS`): it
+    /// takes submissions from now on, under the restrictions given to `restrict()`.
+    fn enable(&mut self) -> PyResult<()> {
+        let core = self.core()?;
+        register::enable(&core.raw().submitter()).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBADFD) => os_error(libc::EBADFD, "enable: the ring is enabled already"),
+            _ => io_error(e, "register_enable_rings"),
+        })
+    }
+
+    /// Cap the io-wq worker threads that run this ring's blocking work
+    /// (`IORING_REGISTER_IOWQ_MAX_WORKERS`): `bounded` for regular files and block
+    /// devices, `unbounded` for the rest (sockets, pipes); 0 keeps a limit as it is.
+    /// Returns the limits in force before, so `ring.iowq_max_workers()` just reads them.
+    /// The pool belongs to the thread that submits, so the caps cover all its rings.
+    #[pyo3(signature = (bounded=0, unbounded=0))]
+    fn iowq_max_workers(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_bounded)] bounded: u32,
+        #[pyo3(from_py_with = int::u32_unbounded)] unbounded: u32,
+    ) -> PyResult<(u32, u32)> {
+        let core = self.core()?;
+        register::iowq_max_workers(&core.raw().submitter(), bounded, unbounded)
+            .map_err(|e| io_error(e, "register_iowq_max_workers"))
+    }
+
+    /// Run this ring's io-wq workers on `cpus` only (`IORING_REGISTER_IOWQ_AFF`);
+    /// `None` gives them back the submitting thread's affinity.
+    #[pyo3(signature = (cpus))]
+    fn iowq_affinity(&mut self, cpus: Option<Vec<usize>>) -> PyResult<()> {
+        if let Some(c) = &cpus {
+            if c.is_empty() {
+                return Err(PyValueError::new_err(
+                    "cpus must name at least one CPU (None resets the affinity)",
+                ));
+            }
+            if let Some(bad) = c.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
+                return Err(PyValueError::new_err(format!(
+                    "cpus: {bad} is beyond the largest CPU number ({})",
+                    libc::CPU_SETSIZE - 1
+                )));
+            }
+        }
+        let core = self.core()?;
+        register::iowq_affinity(&core.raw().submitter(), cpus.as_deref())
+            .map_err(|e| io_error(e, "register_iowq_aff"))
+    }
+
+    /// Busy-poll the network queues of this ring's sockets for up to `busy_poll_us`
+    /// microseconds while waiting for completions (`IORING_REGISTER_NAPI`, kernel 6.9+;
+    /// `prefer_busy_poll`: prefer polling over interrupts). Lowers receive latency at the
+    /// price of a busy CPU; only sockets on NAPI-capable devices are polled.
+    #[pyo3(signature = (busy_poll_us, *, prefer_busy_poll=false))]
+    fn register_napi(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_busy_poll_us)] busy_poll_us: u32,
+        prefer_busy_poll: bool,
+    ) -> PyResult<()> {
+        let core = self.core()?;
+        register::napi(&core.raw().submitter(), busy_poll_us, prefer_busy_poll)
+            .map_err(|e| io_error(e, "register_napi"))
+    }
+
+    /// Stop NAPI busy polling.
+    fn unregister_napi(&mut self) -> PyResult<()> {
+        let core = self.core()?;
+        register::napi_off(&core.raw().submitter()).map_err(|e| io_error(e, "unregister_napi"))
     }
 
     /// Have the kernel signal `fd` (an eventfd) whenever a completion is posted: the way an

@@ -5,6 +5,7 @@
 //! `K` is the caller's keepalive (Python objects in the bindings, `()` in pure Rust).
 
 pub mod probe;
+pub mod register;
 pub mod setup;
 
 use crate::op::{IoInfo, Owned};

@@ -18,6 +18,9 @@ pub struct RingConfig {
     pub coop_taskrun: bool,
     pub single_issuer: bool,
     pub defer_taskrun: bool,
+    /// `IORING_SETUP_R_DISABLED`: the ring takes no submissions until enabled (the
+    /// window in which restrictions can be registered).
+    pub disabled: bool,
 }
 
 impl Default for RingConfig {
@@ -32,6 +35,7 @@ impl Default for RingConfig {
             coop_taskrun: false,
             single_issuer: false,
             defer_taskrun: false,
+            disabled: false,
         }
     }
 }
@@ -123,6 +127,9 @@ impl RingConfig {
         if self.cq_entries.is_some() {
             v.push("CQSIZE");
         }
+        if self.disabled {
+            v.push("R_DISABLED");
+        }
         v
     }
 
@@ -151,6 +158,9 @@ impl RingConfig {
         if self.defer_taskrun {
             b.setup_defer_taskrun();
             b.setup_taskrun_flag();
+        }
+        if self.disabled {
+            b.setup_r_disabled();
         }
         b.build(self.entries)
             .map_err(|e| explain_setup_error(self, &e))
