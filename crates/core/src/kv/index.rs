@@ -92,6 +92,12 @@ impl Entry {
     }
 }
 
+impl super::table::Slot for Entry {
+    fn empty_slots(n: usize) -> Vec<Entry> {
+        Entry::zeroed(n)
+    }
+}
+
 /// What [`Index::put_with`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Put {

@@ -56,6 +56,19 @@ pub fn hugepage_hint(ptr: *const u8, len: usize) {
     }
 }
 
+/// What a [`Table`] holds: plain values with an empty default.
+pub trait Slot: Copy + Default {
+    /// `n` default values for a new table's slots. The default writes every one; a type
+    /// whose default is all zero bytes can hand out fresh zeroed memory instead (a
+    /// table's growth then does not write its new slot array twice: once with zeros,
+    /// once with the values).
+    fn empty_slots(n: usize) -> Vec<Self> {
+        filled_vec(n, Self::default())
+    }
+}
+
+impl Slot for u64 {}
+
 /// `n` copies of `fill` in memory hinted for huge pages before it is written.
 pub fn filled_vec<T: Copy>(n: usize, fill: T) -> Vec<T> {
     let mut v: Vec<T> = Vec::with_capacity(n);
@@ -113,7 +126,7 @@ pub struct Table<T: Copy> {
     growth_left: usize,
 }
 
-impl<T: Copy + Default> Table<T> {
+impl<T: Slot> Table<T> {
     pub fn new() -> Self {
         Self::with_buckets(8)
     }
@@ -122,7 +135,7 @@ impl<T: Copy + Default> Table<T> {
         debug_assert!(buckets.is_power_of_two() && buckets >= GROUP);
         Table {
             ctrl: filled_vec(buckets + GROUP, EMPTY).into(),
-            slots: filled_vec(buckets, T::default()).into(),
+            slots: T::empty_slots(buckets).into(),
             mask: buckets - 1,
             items: 0,
             growth_left: capacity(buckets),
@@ -372,7 +385,7 @@ impl<T: Copy + Default> Table<T> {
     }
 }
 
-impl<T: Copy + Default> Default for Table<T> {
+impl<T: Slot> Default for Table<T> {
     fn default() -> Self {
         Self::new()
     }

@@ -130,7 +130,7 @@ pub fn napi(sub: &Submitter<'_>, busy_poll_us: u32, prefer_busy_poll: bool) -> i
     sub.register_napi(&mut n)
 }
 
-/// Stop NAPI busy polling; returns the settings that were in force.
+/// Stop NAPI busy polling.
 pub fn napi_off(sub: &Submitter<'_>) -> io::Result<()> {
     let mut n = Napi::new();
     sub.unregister_napi(&mut n)
