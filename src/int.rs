@@ -70,6 +70,7 @@ macro_rules! opt_int_args {
 int_args! {
     u64_batch_ms => "batch_ms": u64,
     u32_bounded => "bounded": u32,
+    u16_personality => "personality": u16,
     u32_unbounded => "unbounded": u32,
     u32_busy_poll_us => "busy_poll_us": u32,
     u64_batch_bytes => "batch_bytes": u64,

@@ -2679,6 +2679,53 @@ impl Ring {
         })
     }
 
+    /// Register the calling thread's current credentials (`io_uring_register_personality`)
+    /// and return their id: ops queued while `ring.personality` is that id run with them,
+    /// whatever credentials the submitter has by then (a server that drops privileges can
+    /// still open what its saved identity may).
+    fn register_personality(&mut self) -> PyResult<u16> {
+        let core = self.core()?;
+        core.raw()
+            .submitter()
+            .register_personality()
+            .map_err(|e| io_error(e, "register_personality"))
+    }
+
+    /// Forget a registered personality; ops already queued with it keep it.
+    fn unregister_personality(
+        &mut self,
+        #[pyo3(from_py_with = int::u16_personality)] id: u16,
+    ) -> PyResult<()> {
+        let core = self.core()?;
+        core.raw()
+            .submitter()
+            .unregister_personality(id)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) => os_error(
+                    libc::EINVAL,
+                    format!("unregister_personality: no personality {id} on this ring"),
+                ),
+                _ => io_error(e, "unregister_personality"),
+            })
+    }
+
+    /// The personality (from `register_personality()`) every op queued from now on runs
+    /// with; 0 (the default): the submitting thread's own credentials. An id the ring
+    /// does not have makes those ops complete with -EINVAL.
+    #[getter]
+    fn get_personality(&mut self) -> PyResult<u16> {
+        Ok(self.core()?.personality())
+    }
+
+    #[setter]
+    fn set_personality(
+        &mut self,
+        #[pyo3(from_py_with = int::u16_personality)] id: u16,
+    ) -> PyResult<()> {
+        self.core()?.set_personality(id);
+        Ok(())
+    }
+
     /// Start a ring created with `disabled=True` (`IORING_REGISTER_ENABLE_RINGS`): it
     /// takes submissions from now on, under the restrictions given to `restrict()`.
     fn enable(&mut self) -> PyResult<()> {

@@ -204,3 +204,63 @@ def test_napi_busy_poll_registers_and_sockets_still_work() -> None:
             ring.recv(b.fileno(), buf)
             assert _one(ring) == 4 and buf == b"ping"
         ring.unregister_napi()
+
+
+PERSONALITY = """
+import errno, os, sys
+from uringkit import Ring
+path = sys.argv[1]
+ring = Ring(8)
+me = ring.register_personality()  # root's credentials, kept by the ring
+assert me > 0 and ring.personality == 0
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)  # nobody from here on
+
+def open_res():
+    ring.openat(path, os.O_RDONLY)
+    ring.submit()
+    (c,) = ring.wait(1)
+    if c.res >= 0:
+        os.close(c.res)
+    return c.res
+
+assert open_res() == -errno.EACCES  # as nobody
+ring.personality = me
+assert open_res() >= 0  # as the registered root
+ring.personality = 0
+assert open_res() == -errno.EACCES
+ring.unregister_personality(me)
+try:
+    ring.unregister_personality(me)
+except OSError as e:
+    assert e.errno == errno.EINVAL and "no personality" in str(e), e
+else:
+    raise AssertionError("unregistered twice")
+ring.personality = me  # gone: the op fails, it does not run as anyone
+assert open_res() == -errno.EINVAL
+print("ok")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+def test_personality_runs_ops_with_registered_credentials(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root only")
+    secret.chmod(0o600)
+    tmp_path.chmod(0o755)  # nobody may look up the file, not read it
+    r = subprocess.run(
+        [sys.executable, "-c", PERSONALITY, str(secret)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_personality_argument() -> None:
+    with Ring(8) as ring:
+        with pytest.raises(OverflowError, match="personality"):
+            ring.personality = 1 << 16
+        ring.personality = 0
+        assert ring.personality == 0

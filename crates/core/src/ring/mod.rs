@@ -125,6 +125,9 @@ pub struct Ring<K> {
     open_chain: Vec<u32>,
     chain_open: bool,
     pub(crate) submits: u64,
+    /// Registered personality (credentials) every SQE queued from now on carries; 0: the
+    /// submitting task's own.
+    personality: u16,
 }
 
 impl<K> Ring<K> {
@@ -142,7 +145,18 @@ impl<K> Ring<K> {
             open_chain: Vec::new(),
             chain_open: false,
             submits: 0,
+            personality: 0,
         })
+    }
+
+    /// Run the SQEs queued from now on with the credentials registered as `id`
+    /// (`io_uring_register_personality`); 0 returns to the submitter's own.
+    pub fn set_personality(&mut self, id: u16) {
+        self.personality = id;
+    }
+
+    pub fn personality(&self) -> u16 {
+        self.personality
     }
 
     pub fn config(&self) -> &RingConfig {
@@ -257,7 +271,10 @@ impl<K> Ring<K> {
         let links = opts.link || opts.hardlink;
         let skip = opts.skip_success;
         let idx = self.alloc(slot);
-        let entry = entry.user_data(idx as u64).flags(opts.flags());
+        let mut entry = entry.user_data(idx as u64).flags(opts.flags());
+        if self.personality != 0 {
+            entry = entry.personality(self.personality);
+        }
         if let Err(e) = self.push_raw(&entry) {
             if let Some(s) = self.release(idx) {
                 self.open_chain = s.releases;
