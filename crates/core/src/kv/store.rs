@@ -1918,7 +1918,9 @@ impl Store {
                 // SAFETY: ioprio_set only changes this thread's I/O priority.
                 unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
                 const CHUNK: usize = 4 << 20;
-                for s in &segs {
+                for s in segs {
+                    // (by value: a segment compaction retired meanwhile is released as soon
+                    // as it has been read, not when the whole warm-up ends)
                     // Only what the file holds now: the active segment's mapping covers
                     // its whole capacity, and a page wholly past the end of the file
                     // cannot be read. Files are never truncated while mapped.
