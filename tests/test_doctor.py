@@ -44,6 +44,10 @@ def test_json_report(tmp_path: Path) -> None:
         }
         feats = {f["name"]: f for f in rep["features"]}
         assert feats["DEFER_TASKRUN"]["since"] == "6.1"
+        # checked by doing it: a restricted ring refuses what it was not allowed
+        assert feats["restricted rings (R_DISABLED)"]["ok"] is True
+        assert "EACCES" in feats["restricted rings (R_DISABLED)"]["detail"]
+        assert feats["io-wq worker caps"]["since"] == "5.15"
         assert rep["recommended"]
 
 

@@ -131,6 +131,53 @@ def _buffer_ring() -> tuple[bool, str]:
         return False, str(e)
 
 
+def _restricted_ring() -> tuple[bool, str]:
+    """A ring created disabled, restricted to NOP, enabled: the NOP runs, a READ is
+    refused."""
+    import errno
+
+    try:
+        with Ring(2, disabled=True) as r:
+            r.restrict(["nop"])
+            r.enable()
+            r.nop()
+            r.read(0, bytearray(1), 0)
+            r.submit()
+            got = sorted(c.res for c in r.wait(2))
+    except OSError as e:
+        return False, str(e)
+    if got != [-errno.EACCES, 0]:
+        return False, f"completions {got}, expected [-EACCES, 0]"
+    return True, "NOP allowed, READ refused with EACCES"
+
+
+def _iowq_limits() -> tuple[bool, str, tuple[int, int] | None]:
+    try:
+        with Ring(2) as r:
+            b, u = r.iowq_max_workers()
+    except OSError as e:
+        return False, str(e), None
+    # (the limits are the submitting thread's pool's, set by the first ring it used:
+    # bounded = min(that ring's SQ entries, 4 x CPUs), unbounded = RLIMIT_NPROC)
+    cpus = len(os.sched_getaffinity(0))
+    return (
+        True,
+        f"file work: min(SQ entries, 4 x CPUs = {4 * cpus}); other work: {u} "
+        f"(RLIMIT_NPROC) — per submitting thread (this one's now: {b}/{u})",
+        (4 * cpus, u),
+    )
+
+
+def _napi() -> tuple[bool, str]:
+    try:
+        with Ring(2) as r:
+            r.register_napi(0)
+            r.unregister_napi()
+    except OSError as e:
+        return False, str(e)
+    return True, "register_napi accepted"
+
+
 def _direct_io(directory: str) -> Check:
     try:
         fd, path = tempfile.mkstemp(prefix=".uringkit-doctor-", dir=directory)
@@ -279,6 +326,12 @@ def gather(directory: str = ".") -> Report:
         ok, msg = _multishot_recv()
         f.append(Check("multishot recv", ok, msg, "6.0"))
         f.append(Check("send_zc", "send_zc" in probe, "probe", "6.0"))
+        ok, msg = _restricted_ring()
+        f.append(Check("restricted rings (R_DISABLED)", ok, msg, "5.10"))
+        ok, msg, iowq = _iowq_limits()
+        f.append(Check("io-wq worker caps", ok, msg, "5.15"))
+        ok, msg = _napi()
+        f.append(Check("NAPI busy polling", ok, msg, "6.9"))
         for name, code, since in op_table():
             rep.opcodes.append(
                 {"name": name, "code": code, "since": since, "supported": name in probe}
@@ -300,6 +353,12 @@ def gather(directory: str = ".") -> Report:
             rep.recommended.append(
                 "sqpoll=True only for sustained high-rate I/O with a spare core "
                 "(sq_thread_cpu= pins it)"
+            )
+        if iowq is not None:
+            rep.recommended.append(
+                f"blocking work (buffered writes on ext4, fsyncs) runs on io-wq threads: up "
+                f"to {iowq[0]} per submitting thread for files and {iowq[1]} for the rest; "
+                "cap them with ring.iowq_max_workers(bounded=, unbounded=)"
             )
         if lim is not None and not cap and lim < (64 << 20):
             rep.recommended.append(
