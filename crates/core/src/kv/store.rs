@@ -2398,7 +2398,11 @@ impl Store {
         }
         // an index that came from a damaged snapshot is not written out again
         self.index_trusted()?;
-        let st = self.state.read().expect("state");
+        // keys added since the snapshot was mapped join its table (the file holds one);
+        // the write lock keeps new ones out until the file is written (at close, nobody
+        // else holds the store anyway)
+        let mut st = self.state.write().expect("state");
+        st.index.merge_overlay();
         let mut segs = Vec::with_capacity(st.segs.len());
         for (id, seg) in &st.segs {
             // the snapshot must never point at data the disk may not have (cheap for
@@ -2455,6 +2459,72 @@ mod tests {
             segment_size: 64 << 10,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn keys_added_over_a_mapped_snapshot() {
+        // The reopened store's table is the mapped INDEX; new keys go to the overlay,
+        // known ones are updated in place; deletes, listings, counts and the next
+        // snapshot see both, and the overlay merges into the table when it gets large.
+        let d = tempfile::tempdir().unwrap();
+        let o = || Options {
+            durability: Durability::None,
+            ..opts()
+        };
+        let val = |i: u32, gen: u32| format!("v{i}-{gen}").into_bytes();
+        {
+            let s = Store::open(d.path(), o()).unwrap();
+            for i in 0..5000u32 {
+                s.put(format!("k{i}").as_bytes(), &val(i, 0)).unwrap();
+            }
+        }
+        let n_new = (super::super::index::OVERLAY_MAX + 3000) as u32;
+        for round in 1..=2u32 {
+            let s = Store::open(d.path(), o()).unwrap();
+            let mapped = s.stats().into_iter().find(|(k, _)| k == "index_mapped");
+            assert_eq!(
+                mapped.map(|m| m.1),
+                Some(1),
+                "reopened over the mapped INDEX"
+            );
+            // updates of snapshot keys, new keys (past the overlay's limit in round 2)
+            for i in (0..5000u32).step_by(3) {
+                s.put(format!("k{i}").as_bytes(), &val(i, round)).unwrap();
+            }
+            let new = if round == 1 { 1000 } else { n_new };
+            for i in 0..new {
+                s.put(format!("n{round}-{i}").as_bytes(), &val(i, round))
+                    .unwrap();
+            }
+            assert!(s.delete(format!("k{round}").as_bytes()).unwrap()); // from the table
+            assert!(s.delete(format!("n{round}-7").as_bytes()).unwrap()); // overlay
+            assert!(!s.delete(format!("n{round}-7").as_bytes()).unwrap());
+            let mut want = 5000 - round as usize + (new as usize - 1);
+            if round == 2 {
+                want += 1000 - 1; // round 1's new keys survived the reopen
+            }
+            assert_eq!(s.len(), want);
+            assert_eq!(s.keys().unwrap().len(), want);
+            assert_eq!(s.get(b"k3").unwrap().unwrap(), val(3, round));
+            assert_eq!(s.get(b"k4").unwrap().unwrap(), val(4, 0));
+            assert_eq!(
+                s.get(format!("n{round}-8").as_bytes()).unwrap().unwrap(),
+                val(8, round)
+            );
+            assert_eq!(s.get(format!("n{round}-7").as_bytes()).unwrap(), None);
+            assert_eq!(s.get(format!("k{round}").as_bytes()).unwrap(), None);
+        }
+        let s = Store::open(d.path(), o()).unwrap();
+        assert_eq!(s.get(b"n1-999").unwrap().unwrap(), val(999, 1));
+        assert_eq!(
+            s.get(format!("n2-{}", n_new - 1).as_bytes())
+                .unwrap()
+                .unwrap(),
+            val(n_new - 1, 2)
+        );
+        assert_eq!(s.get(b"n1-7").unwrap(), None);
+        assert_eq!(s.get(b"k2").unwrap(), None);
+        assert_eq!(s.len(), 5000 - 2 + 999 + n_new as usize - 1);
     }
 
     #[test]
