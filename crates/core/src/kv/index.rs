@@ -98,6 +98,11 @@ impl super::table::Slot for Entry {
     }
 }
 
+/// A probe's key comparison: does `e` hold `key`?
+fn eq_at<'a>(arena: &'a Arena, key: &'a [u8]) -> impl Fn(&Entry) -> bool + 'a {
+    move |e| arena.key(e.at()) == key
+}
+
 /// What [`Index::put_with`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Put {
@@ -190,13 +195,16 @@ impl Arena {
 
 pub struct Index {
     table: Table<Entry>,
-    /// Keys added while `table` is still the mapped snapshot. Inserting them there would
+    /// Keys written while `table` is still the mapped snapshot. Writing them there would
     /// copy a page of the mapping on each first write to it (a copy-on-write fault, ~3 µs
     /// here: replaying the 7,000 records a killed writer left after the snapshot cost
     /// 18–25 ms that way); they live here, on the heap, until [`Index::merge_overlay`]
-    /// (before a snapshot is written, or once it holds `OVERLAY_MAX` keys). A key is in
-    /// `table` or in `over`, never in both: lookups that miss the table look here.
+    /// (before a snapshot is written, or once it holds `OVERLAY_MAX` keys). An entry here
+    /// wins over the table's for the same key (it *shadows* it; both share the key's
+    /// arena position): lookups look here first.
     over: Table<Entry>,
+    /// Overlay entries that shadow a table entry.
+    shadows: usize,
     arena: Arena,
     dead: usize,
     seed: u64,
@@ -210,6 +218,10 @@ pub struct Index {
 /// Past this many tombstones, purging passes over the whole table instead.
 const TOMBSTONED_MAX: usize = 1 << 16;
 
+/// Invariants: `tombstones` counts the tombstone entries a lookup can see (a shadowed
+/// table entry is not one), so the live keys are `table.len() + over.len() - shadows -
+/// tombstones`.
+///
 /// The overlay is merged into the table once it holds this many keys (a long-running
 /// store then pays the copy-on-write faults once, in one go, not on every lookup miss).
 pub(crate) const OVERLAY_MAX: usize = 1 << 16;
@@ -245,6 +257,7 @@ impl Index {
         Index {
             table: Table::new(),
             over: Table::new(),
+            shadows: 0,
             // position 0 is never a key: keeps a zeroed entry from looking valid
             arena: Arena::heap(vec![0; 4]),
             dead: 0,
@@ -289,7 +302,7 @@ impl Index {
 
     /// Live keys (tombstones excluded).
     pub fn len(&self) -> usize {
-        self.table.len() + self.over.len() - self.tombstones
+        self.table.len() + self.over.len() - self.shadows - self.tombstones
     }
 
     pub fn is_empty(&self) -> bool {
@@ -300,12 +313,12 @@ impl Index {
         let arena = &self.arena;
         let h = self.hash(key);
         let eq = |e: &Entry| Self::key_at(arena, e.at()) == key;
-        match self.table.find(h, eq) {
-            Some(i) => Some(self.table.get(i).loc()),
-            None if !self.over.is_empty() => self.over.find(h, eq).map(|i| self.over.get(i).loc()),
-            None => None,
-        }
-        .filter(|l| !l.is_tombstone())
+        let over = match self.over.is_empty() {
+            true => None,
+            false => self.over.find(h, eq).map(|i| self.over.get(i).loc()),
+        };
+        over.or_else(|| self.table.find(h, eq).map(|i| self.table.get(i).loc()))
+            .filter(|l| !l.is_tombstone())
     }
 
     /// Insert or replace. With `only_newer`, an existing entry with a higher sequence
@@ -326,18 +339,51 @@ impl Index {
     /// [`Index::put_with`] with the key's [`Index::hash`] computed by the caller.
     pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, only_newer: bool) -> Put {
         if self.table.is_mapped() {
-            // a key the snapshot has is updated where it is; a new one goes to the overlay
-            let arena = &self.arena;
-            if let Some(i) = self.table.find(h, |e| Self::key_at(arena, e.at()) == key) {
-                return self.update(false, i, loc, only_newer);
-            }
-            let put = self.put_in(true, key, h, loc, only_newer);
+            let put = self.put_over(key, h, loc, only_newer);
             if self.over.len() >= OVERLAY_MAX {
                 self.merge_overlay();
             }
             return put;
         }
         self.put_in(false, key, h, loc, only_newer)
+    }
+
+    /// A put while the table is the mapped snapshot: into the overlay — updating the
+    /// overlay's entry, shadowing the table's, or as a new key.
+    fn put_over(&mut self, key: &[u8], h: u64, loc: Loc, only_newer: bool) -> Put {
+        let arena = &self.arena;
+        let eq = |e: &Entry| Self::key_at(arena, e.at()) == key;
+        if self.over.find(h, eq).is_none() {
+            if let Some(i) = self.table.find(h, eq) {
+                let e = *self.table.get(i);
+                if only_newer && e.seq > loc.seq {
+                    return Put::Ignored;
+                }
+                // shadow it: a new overlay entry at the same arena position
+                let (hasher, arena) = (&self.hasher, &self.arena);
+                self.over.reserve(
+                    1,
+                    |x| hasher.hash_one(arena.key(x.at())),
+                    |x| super::table::prefetch(arena.ptr_at(x.at())),
+                );
+                let slot = match self.over.find_or_free(h, eq_at(arena, key)) {
+                    Err(slot) => slot,
+                    Ok(_) => unreachable!("not in the overlay (checked above)"),
+                };
+                self.over
+                    .insert_at(slot, h, Entry::new(e.at() as usize, loc));
+                self.shadows += 1;
+                let old = e.loc();
+                if old.is_tombstone() && !loc.is_tombstone() {
+                    self.tombstones -= 1;
+                } else if !old.is_tombstone() && loc.is_tombstone() {
+                    self.tombstones += 1;
+                    self.note_tombstone(e.at());
+                }
+                return Put::Replaced(old);
+            }
+        }
+        self.put_in(true, key, h, loc, only_newer)
     }
 
     /// Insert or replace in the table (`over`: in the overlay).
@@ -406,21 +452,20 @@ impl Index {
         let over = std::mem::take(&mut self.over);
         let (hasher, arena) = (&self.hasher, &self.arena);
         self.table.reserve(
-            over.len(),
+            over.len() - self.shadows,
             |e| hasher.hash_one(arena.key(e.at())),
             |e| super::table::prefetch(arena.ptr_at(e.at())),
         );
         for e in over.iter() {
             let key = arena.key(e.at());
             let h = hasher.hash_one(key);
-            match self
-                .table
-                .find_or_free(h, |x| Self::key_at(arena, x.at()) == key)
-            {
+            match self.table.find_or_free(h, eq_at(arena, key)) {
                 Err(slot) => self.table.insert_at(slot, h, *e),
-                Ok(_) => unreachable!("a key is never in both the table and the overlay"),
+                // a shadowed entry takes the overlay's location (same key, same position)
+                Ok(i) => self.table.get_mut(i).set_loc(e.loc()),
             }
         }
+        self.shadows = 0;
     }
 
     /// Remove a key; returns its location if it was live.
@@ -432,21 +477,43 @@ impl Index {
     pub fn remove_hashed(&mut self, key: &[u8], h: u64) -> Option<Loc> {
         let arena = &self.arena;
         let eq = |e: &Entry| Self::key_at(arena, e.at()) == key;
-        let (t, i) = match self.table.find(h, eq) {
-            Some(i) => (&mut self.table, i),
+        let in_table = self.table.find(h, eq);
+        let loc = match self.over.find(h, eq) {
+            Some(i) => {
+                let loc = self.over.get(i).loc();
+                self.over.erase(i);
+                if let Some(j) = in_table {
+                    self.table.erase(j); // the entry it shadowed goes too
+                    self.shadows -= 1;
+                }
+                loc
+            }
             None => {
-                let i = self.over.find(h, eq)?;
-                (&mut self.over, i)
+                let j = in_table?;
+                let loc = self.table.get(j).loc();
+                self.table.erase(j);
+                loc
             }
         };
-        let loc = t.get(i).loc();
-        t.erase(i);
         self.dead += 4 + key.len();
         if loc.is_tombstone() {
             self.tombstones -= 1;
             None
         } else {
             Some(loc)
+        }
+    }
+
+    /// The entry a lookup of `key` sees (tombstones included): the overlay's, else the
+    /// table's.
+    fn visible(&self, key: &[u8], h: u64) -> Option<Loc> {
+        let arena = &self.arena;
+        match self.over.find(h, eq_at(arena, key)) {
+            Some(i) => Some(self.over.get(i).loc()),
+            None => self
+                .table
+                .find(h, eq_at(arena, key))
+                .map(|i| self.table.get(i).loc()),
         }
     }
 
@@ -464,37 +531,23 @@ impl Index {
             for at in noted {
                 let key = self.arena.key(at).to_vec();
                 let h = self.hash(&key);
-                let arena = &self.arena;
-                let eq = |e: &Entry| arena.key(e.at()) == key;
-                let (t, i) = match self.table.find(h, eq) {
-                    Some(i) => (&mut self.table, Some(i)),
-                    None => {
-                        let i = self.over.find(h, eq);
-                        (&mut self.over, i)
-                    }
-                };
-                if let Some(i) = i {
-                    if t.get(i).loc().is_tombstone() {
-                        t.erase(i);
-                        self.dead += 4 + key.len();
-                        self.tombstones -= 1;
-                    }
+                if self.visible(&key, h).is_some_and(|l| l.is_tombstone()) {
+                    self.remove_hashed(&key, h); // (and the entry it shadows, if any)
                 }
             }
         }
         if self.tombstones > 0 {
+            self.merge_overlay(); // (a pass over the table alone then sees every entry)
             let arena = &self.arena;
             let mut dead = 0;
-            let mut keep = |e: &Entry| {
+            self.table.retain(|e| {
                 if e.loc().is_tombstone() {
                     dead += 4 + Self::key_at(arena, e.at()).len();
                     false
                 } else {
                     true
                 }
-            };
-            self.table.retain(&mut keep);
-            self.over.retain(&mut keep);
+            });
             self.dead += dead;
             self.tombstones = 0;
         }
@@ -511,7 +564,8 @@ impl Index {
     fn rebuild_arena(&mut self) {
         let mut arena = Arena::heap(Vec::with_capacity(self.arena.len() - self.dead));
         arena.tail.extend_from_slice(&[0; 4]);
-        for e in self.table.iter_mut().chain(self.over.iter_mut()) {
+        self.merge_overlay();
+        for e in self.table.iter_mut() {
             let at = arena.push(self.arena.key(e.at()));
             e.key_at4 = (at / 4) as u32;
         }
@@ -527,8 +581,16 @@ impl Index {
     /// Every live key and its location (arbitrary order).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Loc)> {
         let arena = &self.arena;
+        let (over, hasher, shadows) = (&self.over, &self.hasher, self.shadows);
         self.table
             .iter()
+            .filter(move |e| {
+                // a table entry the overlay shadows is listed through the overlay's
+                shadows == 0 || {
+                    let key = arena.key(e.at());
+                    over.find(hasher.hash_one(key), eq_at(arena, key)).is_none()
+                }
+            })
             .chain(self.over.iter())
             .filter(|e| !e.loc().is_tombstone())
             .map(move |e| (Self::key_at(arena, e.at()), e.loc()))
@@ -606,6 +668,7 @@ impl Index {
         Some(Index {
             table,
             over: Table::new(),
+            shadows: 0,
             arena: Arena {
                 base: arena,
                 tail: Vec::new(),

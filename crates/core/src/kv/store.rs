@@ -2504,7 +2504,16 @@ mod tests {
                 want += 1000 - 1; // round 1's new keys survived the reopen
             }
             assert_eq!(s.len(), want);
-            assert_eq!(s.keys().unwrap().len(), want);
+            let keys: std::collections::HashSet<Vec<u8>> = s.keys().unwrap().into_iter().collect();
+            assert_eq!(keys.len(), want, "a key listed twice (table + overlay)?");
+            assert!(keys.contains(b"k3".as_slice()) && !keys.contains(b"k1".as_slice()));
+            // a shadowed key deleted, then put again
+            assert!(s.delete(b"k6").unwrap());
+            assert_eq!(s.get(b"k6").unwrap(), None);
+            assert_eq!(s.len(), want - 1);
+            s.put(b"k6", &val(6, 9)).unwrap();
+            assert_eq!(s.get(b"k6").unwrap().unwrap(), val(6, 9));
+            assert_eq!(s.len(), want);
             assert_eq!(s.get(b"k3").unwrap().unwrap(), val(3, round));
             assert_eq!(s.get(b"k4").unwrap().unwrap(), val(4, 0));
             assert_eq!(
@@ -2515,6 +2524,8 @@ mod tests {
             assert_eq!(s.get(format!("k{round}").as_bytes()).unwrap(), None);
         }
         let s = Store::open(d.path(), o()).unwrap();
+        assert_eq!(s.get(b"k6").unwrap().unwrap(), val(6, 9));
+        assert_eq!(s.get(b"k9").unwrap().unwrap(), val(9, 2));
         assert_eq!(s.get(b"n1-999").unwrap().unwrap(), val(999, 1));
         assert_eq!(
             s.get(format!("n2-{}", n_new - 1).as_bytes())
