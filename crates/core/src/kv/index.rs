@@ -373,14 +373,8 @@ impl Index {
                 self.over
                     .insert_at(slot, h, Entry::new(e.at() as usize, loc));
                 self.shadows += 1;
-                let old = e.loc();
-                if old.is_tombstone() && !loc.is_tombstone() {
-                    self.tombstones -= 1;
-                } else if !old.is_tombstone() && loc.is_tombstone() {
-                    self.tombstones += 1;
-                    self.note_tombstone(e.at());
-                }
-                return Put::Replaced(old);
+                self.count_tombstones(e.loc(), loc, e.at());
+                return Put::Replaced(e.loc());
             }
         }
         self.put_in(true, key, h, loc, only_newer)
@@ -434,13 +428,18 @@ impl Index {
         let old = e.loc();
         let at = e.at();
         e.set_loc(loc);
-        if old.is_tombstone() && !loc.is_tombstone() {
+        self.count_tombstones(old, loc, at);
+        Put::Replaced(old)
+    }
+
+    /// The visible entry of the key at arena position `at` went from `old` to `new`.
+    fn count_tombstones(&mut self, old: Loc, new: Loc, at: u64) {
+        if old.is_tombstone() && !new.is_tombstone() {
             self.tombstones -= 1;
-        } else if !old.is_tombstone() && loc.is_tombstone() {
+        } else if !old.is_tombstone() && new.is_tombstone() {
             self.tombstones += 1;
             self.note_tombstone(at);
         }
-        Put::Replaced(old)
     }
 
     /// Move the overlay's keys into the table (copying the mapped pages they land on, or
