@@ -8,17 +8,7 @@
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 
-/// `v` as people write it: `2**64 - 1` rather than `18446744073709551615`.
-fn bound(v: i128) -> String {
-    let pow2 = |x: i128| x > 0 && x & (x - 1) == 0;
-    if v > 0xFFFF && pow2(v + 1) {
-        format!("2**{} - 1", (v + 1).trailing_zeros())
-    } else if v < -0xFFFF && pow2(-v) {
-        format!("-2**{}", (-v).trailing_zeros())
-    } else {
-        v.to_string()
-    }
-}
+use uringkit_core::text::int_bound as bound;
 
 /// The error for argument `name`: out of range (`range`: "between 0 and 2**64 - 1"), or
 /// not an int at all.
@@ -139,17 +129,4 @@ opt_int_args! {
     opt_u64_target => "target": u64,
     opt_usize_max => "max": usize,
     opt_u32_mode => "mode": u32,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bound;
-
-    #[test]
-    fn bounds_read_like_python() {
-        assert_eq!(bound(u64::MAX as i128), "2**64 - 1");
-        assert_eq!(bound(i64::MIN as i128), "-2**63");
-        assert_eq!(bound(u16::MAX as i128), "65535");
-        assert_eq!(bound(0), "0");
-    }
 }

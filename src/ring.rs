@@ -136,10 +136,57 @@ impl Ring {
         o: SqeOpts,
     ) -> PyResult<()> {
         let id = self.target_slot(target, opcode)?;
-        self.queue(build(id), Slot::new(user_data, 0, Keep::None), o)
+        self.queue_plain(build(id), user_data, o)
     }
 
     /// Queue one entry; `slot.keep` and `slot.owned` hold everything it points to.
+    /// An op that points at no memory of ours: nothing to keep alive.
+    fn queue_plain(
+        &mut self,
+        entry: io_uring::squeue::Entry,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        self.queue(entry, Slot::new(user_data, 0, Keep::None), o)
+    }
+
+    /// connect / bind of `fd` to `address`; the slot owns the sockaddr.
+    fn queue_addr(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        address: &Bound<'_, PyAny>,
+        user_data: u64,
+        o: SqeOpts,
+        make: fn(FdArg, &SockAddr) -> io_uring::squeue::Entry,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let sa = Box::new(sockaddr_arg(address)?);
+        let e = make(fd, &sa);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Addr(sa);
+        self.queue(e, slot, o)
+    }
+
+    /// send / send_zc of `data` (or its first `nbytes`); the slot keeps the buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_send(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        nbytes: Option<usize>,
+        flags: i32,
+        user_data: u64,
+        o: SqeOpts,
+        make: fn(FdArg, *const u8, u32, i32) -> io_uring::squeue::Entry,
+    ) -> PyResult<()> {
+        let fd = fd_arg(fd, "fd")?;
+        let pb = read_only_buffer(data, "data")?;
+        let len = io_len(pb.len_bytes(), nbytes, "data")?;
+        let ptr = pb.buf_ptr() as *const u8;
+        let slot = Slot::new(user_data, 0, Keep::Buf(pb));
+        self.queue(make(fd, ptr, len, flags), slot, o)
+    }
+
     fn queue(
         &mut self,
         entry: io_uring::squeue::Entry,
@@ -808,13 +855,13 @@ impl Ring {
                 Some(nbytes),
                 None,
                 false,
+                0,
                 ud,
                 false,
                 false,
                 false,
                 false,
                 false,
-                0,
             )?;
         }
         self.file_future(ud, &fut, futures, early)?;
@@ -872,1593 +919,6 @@ impl Ring {
     }
 
     // ----- ops -------------------------------------------------------------------------
-
-    /// Queue a no-op (a pure round trip through the ring).
-    #[pyo3(signature = (*, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    fn nop(
-        &mut self,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.queue(
-            op::nop::nop(),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a read of up to `nbytes` (default: len(buf)) into `buf` at `offset` (-1: the
-    /// current file position). With `buffer_ring=` and no `buf`, the kernel picks a provided
-    /// buffer (completion.buffer_id). Result: bytes read (0 at EOF). A `buf` that is one of
-    /// this ring's registered Buffers is read with READ_FIXED (as read_fixed would).
-    /// `multishot=True` (with `buffer_ring`, kernel 6.7+, on a pipe, socket, eventfd or
-    /// tty): one completion (`more=True`) per chunk that arrives, until end of file, an
-    /// error, ENOBUFS or cancellation.
-    /// `rw_flags`: preadv2's `os.RWF_*` flags (e.g. `RWF_NOWAIT`: EAGAIN instead of
-    /// waiting for the disk).
-    #[pyo3(signature = (fd, buf=None, offset=-1, *, nbytes=None, buffer_ring=None,
-        multishot=false, user_data=0, link=false, hardlink=false, drain=false, async_=false,
-        skip_success=false, rw_flags=0))]
-    #[allow(clippy::too_many_arguments)]
-    fn read(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buf: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        buffer_ring: Option<&Bound<'_, BufferRing>>,
-        multishot: bool,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-        #[pyo3(from_py_with = int::i32_rw_flags)] rw_flags: i32,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let off = offset_arg(offset)?;
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        if multishot && (buffer_ring.is_none() || buf.is_some()) {
-            return Err(PyValueError::new_err(
-                "multishot=True reads into provided buffers: pass buffer_ring= and no buf",
-            ));
-        }
-        match (buf, buffer_ring) {
-            (Some(_), Some(_)) => Err(PyValueError::new_err(
-                "pass either buf or buffer_ring, not both",
-            )),
-            (None, None) => Err(PyValueError::new_err(
-                "read needs a buf to read into, or buffer_ring= for a provided buffer",
-            )),
-            (None, Some(br)) => {
-                let (group, size) = self.buffer_ring_group(br)?;
-                let len = io_len(size, nbytes, "a provided buffer")?;
-                let mut slot = Slot::new(user_data, 0, Keep::None);
-                slot.io = IoInfo {
-                    fd: raw_of(fd),
-                    len: len as u64,
-                    offset: off,
-                    buf_group: Some(group),
-                    ..Default::default()
-                };
-                let e = if multishot {
-                    op::rw::read_multi(fd, group)
-                } else {
-                    op::rw::read_select(fd, len, off, group)
-                };
-                self.queue(e, slot, o)
-            }
-            (Some(b), None) => {
-                if let Some((fb, len)) = self.own_buffer(b, nbytes, rw_flags)? {
-                    // one of this ring's registered Buffers: READ_FIXED, no page pinning
-                    let (ptr, index) = (fb.get().ptr(), fb.get().index);
-                    let keep = Keep::Obj(b.clone().unbind());
-                    return self.queue_fixed(fd, (ptr, len, index), off, true, keep, user_data, o);
-                }
-                let pb = writable_buffer(b, "buf")?;
-                let len = io_len(pb.len_bytes(), nbytes, "buf")?;
-                let ptr = pb.buf_ptr() as *mut u8;
-                let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
-                slot.io = IoInfo {
-                    fd: raw_of(fd),
-                    addr: ptr as u64,
-                    len: len as u64,
-                    offset: off,
-                    buf_group: None,
-                };
-                self.queue(op::rw::read(fd, ptr, len, off, rw_flags), slot, o)
-            }
-        }
-    }
-
-    /// Queue a write of `data` (or its first `nbytes`) at `offset` (-1: current position,
-    /// or the end for O_APPEND). Result: bytes written (may be short). `data` that is one
-    /// of this ring's registered Buffers is written with WRITE_FIXED.
-    /// `rw_flags`: pwritev2's `os.RWF_*` flags (e.g. `RWF_DSYNC`: durable on completion,
-    /// like the write followed by fdatasync, in one SQE).
-    #[pyo3(signature = (fd, data, offset=-1, *, nbytes=None, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false, rw_flags=0))]
-    #[allow(clippy::too_many_arguments)]
-    fn write(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-        #[pyo3(from_py_with = int::i32_rw_flags)] rw_flags: i32,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let off = offset_arg(offset)?;
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        if let Some((fb, len)) = self.own_buffer(data, nbytes, rw_flags)? {
-            // one of this ring's registered Buffers: WRITE_FIXED, no page pinning
-            let (ptr, index) = (fb.get().ptr(), fb.get().index);
-            let keep = Keep::Obj(data.clone().unbind());
-            return self.queue_fixed(fd, (ptr, len, index), off, false, keep, user_data, o);
-        }
-        let pb = read_only_buffer(data, "data")?;
-        let len = io_len(pb.len_bytes(), nbytes, "data")?;
-        let ptr = pb.buf_ptr() as *const u8;
-        let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
-        slot.io = IoInfo {
-            fd: raw_of(fd),
-            addr: ptr as u64,
-            len: len as u64,
-            offset: off,
-            buf_group: None,
-        };
-        self.queue(op::rw::write(fd, ptr, len, off, rw_flags), slot, o)
-    }
-
-    /// Queue a vectored read into each of `buffers` in turn (preadv).
-    #[pyo3(signature = (fd, buffers, offset=-1, *, user_data=0, link=false, hardlink=false,
-        drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn readv(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buffers: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.vectored(
-            fd,
-            buffers,
-            offset,
-            true,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a vectored write of each of `buffers` in turn (pwritev).
-    #[pyo3(signature = (fd, buffers, offset=-1, *, user_data=0, link=false, hardlink=false,
-        drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn writev(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buffers: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.vectored(
-            fd,
-            buffers,
-            offset,
-            false,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a read into a registered Buffer (no per-op page pinning).
-    #[pyo3(signature = (fd, buf, offset=-1, *, nbytes=None, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn read_fixed(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buf: &Bound<'_, Buffer>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.fixed_rw(
-            fd,
-            buf,
-            offset,
-            nbytes,
-            true,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a write from a registered Buffer.
-    #[pyo3(signature = (fd, buf, offset=-1, *, nbytes=None, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn write_fixed(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buf: &Bound<'_, Buffer>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.fixed_rw(
-            fd,
-            buf,
-            offset,
-            nbytes,
-            false,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue fsync (or fdatasync with `datasync=True`). Link it after a write for durability.
-    #[pyo3(signature = (fd, *, datasync=false, user_data=0, link=false, hardlink=false,
-        drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn fsync(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        datasync: bool,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::sync::fsync(fd, datasync),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue fallocate(fd, mode, offset, length).
-    #[pyo3(signature = (fd, length, offset=0, *, mode=0, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn fallocate(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u64_length)] length: u64,
-        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
-        #[pyo3(from_py_with = int::i32_mode)] mode: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::sync::fallocate(fd, offset, length, mode),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue openat(dir_fd, path, flags, mode). Result: the new fd (or 0 with
-    /// `fixed_slot=`, which installs it straight into the registered file table).
-    #[pyo3(signature = (path, flags=libc::O_RDONLY | libc::O_CLOEXEC, mode=0o644, *,
-        dir_fd=libc::AT_FDCWD, fixed_slot=None, user_data=0, link=false, hardlink=false,
-        drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn openat(
-        &mut self,
-        path: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u32_mode)] mode: u32,
-        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
-        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let p = path_arg(path)?;
-        let ptr = p.as_ptr();
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Path(p);
-        self.queue(
-            op::fs::openat(dir_fd, ptr, flags, mode, fixed_slot),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue openat2(2): like `openat`, plus `resolve` — `uringkit.Resolve` flags that
-    /// restrict how the path is walked (`Resolve.BENEATH`: never leave `dir_fd`, -EXDEV;
-    /// `Resolve.NO_SYMLINKS`: -ELOOP on any symlink; `Resolve.IN_ROOT`: treat `dir_fd` as
-    /// `/`) — what a server needs to open user-supplied paths safely. `mode` defaults to
-    /// 0o644 with O_CREAT/O_TMPFILE and must be 0 otherwise. Result: the new fd.
-    #[pyo3(signature = (path, flags=0o2000000, mode=None, *, resolve=0, dir_fd=-100,
-        fixed_slot=None, user_data=0, link=false, hardlink=false, drain=false, async_=false,
-        skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn openat2(
-        &mut self,
-        path: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::opt_u32_mode)] mode: Option<u32>,
-        #[pyo3(from_py_with = int::u64_resolve)] resolve: u64,
-        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
-        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let creates = flags & (libc::O_CREAT | libc::O_TMPFILE) != 0;
-        let mode = mode.unwrap_or(if creates { 0o644 } else { 0 });
-        if mode != 0 && !creates {
-            return Err(PyValueError::new_err(
-                "openat2: mode must be 0 unless flags has O_CREAT or O_TMPFILE",
-            ));
-        }
-        // a fixed file has no close-on-exec flag (the kernel rejects O_CLOEXEC there)
-        let flags = if fixed_slot.is_some() {
-            flags & !libc::O_CLOEXEC
-        } else {
-            flags
-        };
-        let p = path_arg(path)?;
-        let how = Box::new(
-            io_uring::types::OpenHow::new()
-                .flags(flags as u32 as u64)
-                .mode(mode as u64)
-                .resolve(resolve),
-        );
-        let e = op::fs::openat2(dir_fd, p.as_ptr(), &*how, fixed_slot);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::PathHow(p, how);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// `ring.close()`: cancel every op in flight, wait (GIL released) for their completions
-    /// so no memory is freed while the kernel may use it, then close the ring. Idempotent.
-    ///
-    /// `ring.close(fd)`: queue IORING_OP_CLOSE for `fd` (`Fixed(i)` empties a registered
-    /// file slot), like every other op.
-    #[pyo3(signature = (fd=None, *, user_data=0, link=false, hardlink=false, drain=false,
-        async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn close(
-        &mut self,
-        py: Python<'_>,
-        fd: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let Some(fd) = fd else {
-            return self.shutdown_ring(py);
-        };
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::fs::close(fd),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue statx. The completion's `result` is a dict with os.stat_result's field names
-    /// (plus dio_mem_align / dio_offset_align when the kernel reports them). To stat an open
-    /// fd: `statx("", dir_fd=fd, flags=AT_EMPTY_PATH)`.
-    #[pyo3(signature = (path, *, dir_fd=libc::AT_FDCWD, flags=0, mask=0x0fff | 0x2000,
-        user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn statx(
-        &mut self,
-        path: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u32_mask)] mask: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let p = path_arg(path)?;
-        let mut st = Box::<KStatx>::default();
-        let (pp, sp) = (p.as_ptr(), &mut *st as *mut KStatx);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Statx(p, st);
-        self.queue(
-            op::fs::statx(dir_fd, pp, sp, flags, mask),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue renameat (os.rename / os.replace; `flags` takes RENAME_NOREPLACE etc.).
-    #[pyo3(signature = (old, new, *, old_dir_fd=libc::AT_FDCWD, new_dir_fd=libc::AT_FDCWD,
-        flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false,
-        skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn renameat(
-        &mut self,
-        old: &Bound<'_, PyAny>,
-        new: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_old_dir_fd)] old_dir_fd: i32,
-        #[pyo3(from_py_with = int::i32_new_dir_fd)] new_dir_fd: i32,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let (a, b) = (path_arg(old)?, path_arg(new)?);
-        let e = op::fs::renameat(old_dir_fd, a.as_ptr(), new_dir_fd, b.as_ptr(), flags);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Paths(a, b);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// Queue unlinkat (os.unlink; `flags=AT_REMOVEDIR` (0x200) for os.rmdir).
-    #[pyo3(signature = (path, *, dir_fd=libc::AT_FDCWD, flags=0, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn unlinkat(
-        &mut self,
-        path: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let p = path_arg(path)?;
-        let e = op::fs::unlinkat(dir_fd, p.as_ptr(), flags);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Path(p);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// Queue mkdirat (os.mkdir).
-    #[pyo3(signature = (path, mode=0o777, *, dir_fd=libc::AT_FDCWD, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn mkdirat(
-        &mut self,
-        path: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u32_mode)] mode: u32,
-        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let p = path_arg(path)?;
-        let e = op::fs::mkdirat(dir_fd, p.as_ptr(), mode);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Path(p);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// Queue symlinkat: create `link_path` pointing at `target` (os.symlink).
-    #[pyo3(signature = (target, link_path, *, dir_fd=libc::AT_FDCWD, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn symlinkat(
-        &mut self,
-        target: &Bound<'_, PyAny>,
-        link_path: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let (t, l) = (path_arg(target)?, path_arg(link_path)?);
-        let e = op::fs::symlinkat(t.as_ptr(), dir_fd, l.as_ptr());
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Paths(t, l);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// Queue linkat: a hard link `new` to `old` (os.link).
-    #[pyo3(signature = (old, new, *, old_dir_fd=libc::AT_FDCWD, new_dir_fd=libc::AT_FDCWD,
-        flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false,
-        skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn linkat(
-        &mut self,
-        old: &Bound<'_, PyAny>,
-        new: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_old_dir_fd)] old_dir_fd: i32,
-        #[pyo3(from_py_with = int::i32_new_dir_fd)] new_dir_fd: i32,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let (a, b) = (path_arg(old)?, path_arg(new)?);
-        let e = op::fs::linkat(old_dir_fd, a.as_ptr(), new_dir_fd, b.as_ptr(), flags);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Paths(a, b);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// Queue splice: move `nbytes` from fd_in to fd_out (one must be a pipe). An offset of
-    /// -1 uses the descriptor's position (required for the pipe side).
-    #[pyo3(signature = (fd_in, off_in, fd_out, off_out, nbytes, *, flags=0, user_data=0,
-        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn splice(
-        &mut self,
-        fd_in: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i64_off_in)] off_in: i64,
-        fd_out: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i64_off_out)] off_out: i64,
-        #[pyo3(from_py_with = int::u32_nbytes)] nbytes: u32,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let (i, o) = (fd_arg(fd_in, "fd_in")?, fd_arg(fd_out, "fd_out")?);
-        self.queue(
-            op::splice::splice(i, off_in, o, off_out, nbytes, flags),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue tee: duplicate `nbytes` from one pipe into another without consuming them.
-    #[pyo3(signature = (fd_in, fd_out, nbytes, *, flags=0, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn tee(
-        &mut self,
-        fd_in: &Bound<'_, PyAny>,
-        fd_out: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u32_nbytes)] nbytes: u32,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let (i, o) = (fd_arg(fd_in, "fd_in")?, fd_arg(fd_out, "fd_out")?);
-        self.queue(
-            op::splice::tee(i, o, nbytes, flags),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue accept on a listening socket. Result: the new connection's fd; single-shot
-    /// completions carry the peer address in `result`. `multishot=True` keeps accepting
-    /// (completion.more stays True) until cancelled or an error.
-    #[pyo3(signature = (fd, *, multishot=false, flags=libc::SOCK_CLOEXEC, user_data=0,
-        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn accept(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        multishot: bool,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        if multishot {
-            return self.queue(
-                op::net::accept_multi(fd, flags),
-                Slot::new(user_data, 0, Keep::None),
-                o,
-            );
-        }
-        let mut sa = Box::<SockAddr>::default();
-        let e = op::net::accept(fd, Some(&mut sa), flags);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Addr(sa);
-        self.queue(e, slot, o)
-    }
-
-    /// Queue connect to `address`: (host, port), (host, port, flowinfo, scope_id), or an
-    /// AF_UNIX path.
-    #[pyo3(signature = (fd, address, *, user_data=0, link=false, hardlink=false, drain=false,
-        async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn connect(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        address: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let sa = Box::new(sockaddr_arg(address)?);
-        let e = op::net::connect(fd, &sa);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Addr(sa);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// Queue recv into `buf`, or into a provided buffer with `buffer_ring=`.
-    /// `multishot=True` (needs `buffer_ring`) keeps receiving, one completion per chunk,
-    /// until EOF (res 0), an error, ENOBUFS or cancellation.
-    #[pyo3(signature = (fd, buf=None, *, nbytes=None, flags=0, multishot=false,
-        buffer_ring=None, user_data=0, link=false, hardlink=false, drain=false, async_=false,
-        skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn recv(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buf: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        multishot: bool,
-        buffer_ring: Option<&Bound<'_, BufferRing>>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        match (buf, buffer_ring) {
-            (Some(_), Some(_)) => Err(PyValueError::new_err(
-                "pass either buf or buffer_ring, not both",
-            )),
-            (None, None) => Err(PyValueError::new_err(
-                "recv needs a buf, or buffer_ring= for provided buffers",
-            )),
-            (Some(_), None) if multishot => Err(PyValueError::new_err(
-                "multishot recv needs buffer_ring= (each completion gets its own buffer)",
-            )),
-            (None, Some(br)) => {
-                let (group, size) = self.buffer_ring_group(br)?;
-                let mut slot = Slot::new(user_data, 0, Keep::None);
-                slot.io.buf_group = Some(group);
-                let e = if multishot {
-                    op::net::recv_multi(fd, flags, group)
-                } else {
-                    let len = io_len(size, nbytes, "a provided buffer")?;
-                    op::net::recv_select(fd, len, flags, group)
-                };
-                self.queue(e, slot, o)
-            }
-            (Some(b), None) => {
-                let pb = writable_buffer(b, "buf")?;
-                let len = io_len(pb.len_bytes(), nbytes, "buf")?;
-                let ptr = pb.buf_ptr() as *mut u8;
-                self.queue(
-                    op::net::recv(fd, ptr, len, flags),
-                    Slot::new(user_data, 0, Keep::Buf(pb)),
-                    o,
-                )
-            }
-        }
-    }
-
-    /// Queue send of `data`. Result: bytes sent.
-    #[pyo3(signature = (fd, data, *, nbytes=None, flags=0, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn send(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let pb = read_only_buffer(data, "data")?;
-        let len = io_len(pb.len_bytes(), nbytes, "data")?;
-        let ptr = pb.buf_ptr() as *const u8;
-        self.queue(
-            op::net::send(fd, ptr, len, flags),
-            Slot::new(user_data, 0, Keep::Buf(pb)),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a zero-copy send. Two completions arrive: the result (`more=True`), then a
-    /// notification (`notif=True`) once the kernel no longer reads `data`; the buffer is
-    /// held until the notification.
-    #[pyo3(signature = (fd, data, *, nbytes=None, flags=0, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn send_zc(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let pb = read_only_buffer(data, "data")?;
-        let len = io_len(pb.len_bytes(), nbytes, "data")?;
-        let ptr = pb.buf_ptr() as *const u8;
-        self.queue(
-            op::net::send_zc(fd, ptr, len, flags),
-            Slot::new(user_data, 0, Keep::Buf(pb)),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue sendmsg of `buffers` (gathered), optionally to `address` (datagram sockets).
-    #[pyo3(signature = (fd, buffers, address=None, *, flags=0, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn sendmsg(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buffers: &Bound<'_, PyAny>,
-        address: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        self.queue_sendmsg(fd, buffers, address, flags, user_data, o, false)
-    }
-
-    /// Queue sendmsg with zero copy (`sendmsg` + `send_zc`): the buffers are sent from
-    /// where they are; a second completion (`notif=True`) says the kernel is done with
-    /// them, and they are held until it arrives. Kernel 6.1+.
-    #[pyo3(signature = (fd, buffers, address=None, *, flags=0, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn sendmsg_zc(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buffers: &Bound<'_, PyAny>,
-        address: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        self.queue_sendmsg(fd, buffers, address, flags, user_data, o, true)
-    }
-
-    /// Queue recvmsg into `buffers` (scattered). The completion's `result` is the sender's
-    /// address for datagram sockets.
-    #[pyo3(signature = (fd, buffers, *, flags=0, user_data=0, link=false, hardlink=false,
-        drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn recvmsg(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buffers: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let (bufs, iov) = iovecs(buffers, true)?;
-        let mut msg = msg_store(iov, Some(Box::default()));
-        let p = &mut msg.hdr as *mut libc::msghdr;
-        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
-        slot.owned = Owned::Msg(msg);
-        self.queue(
-            op::net::recvmsg(fd, p, flags),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue shutdown(fd, how) (socket.SHUT_RD / SHUT_WR / SHUT_RDWR).
-    #[pyo3(signature = (fd, how, *, user_data=0, link=false, hardlink=false, drain=false,
-        async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn shutdown(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_how)] how: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::net::shutdown(fd, how),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue socket(domain, type, protocol). Result: the new fd (or 0 with `fixed_slot=`).
-    #[pyo3(signature = (domain, type_, protocol=0, *, fixed_slot=None, user_data=0,
-        link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn socket(
-        &mut self,
-        #[pyo3(from_py_with = int::i32_domain)] domain: i32,
-        #[pyo3(from_py_with = int::i32_type_)] type_: i32,
-        #[pyo3(from_py_with = int::i32_protocol)] protocol: i32,
-        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.queue(
-            op::net::socket(domain, type_, protocol, fixed_slot),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a timeout: completes with -ETIME after `seconds`, or with 0 once `count` other
-    /// completions have arrived. `absolute=True` takes CLOCK_MONOTONIC seconds.
-    #[pyo3(signature = (seconds, *, count=0, absolute=false, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn timeout(
-        &mut self,
-        seconds: f64,
-        #[pyo3(from_py_with = int::u32_count)] count: u32,
-        absolute: bool,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        check_seconds(seconds)?;
-        let ts = Box::new(op::timeout::timespec(seconds));
-        let p = &*ts as *const io_uring::types::Timespec;
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Timespec(ts);
-        self.queue(
-            op::timeout::timeout(p, count, absolute),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a linked timeout for the op queued just before (which must have `link=True`):
-    /// if that op has not completed after `seconds`, it is cancelled (-ECANCELED) and this
-    /// completes with -ETIME; otherwise this completes with -ECANCELED.
-    #[pyo3(signature = (seconds, *, user_data=0, link=false, hardlink=false, drain=false,
-        async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn link_timeout(
-        &mut self,
-        seconds: f64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        check_seconds(seconds)?;
-        let ts = Box::new(op::timeout::timespec(seconds));
-        let p = &*ts as *const io_uring::types::Timespec;
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Timespec(ts);
-        self.queue(
-            op::timeout::link_timeout(p),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a cancellation of the in-flight op(s) queued with `user_data == target`
-    /// (`all=True`: every match), or of ops on `fd=`. Result: 0 when cancelled, -ENOENT when
-    /// nothing matched, -EALREADY when the op was already running. The cancelled op still
-    /// completes (usually -ECANCELED) and keeps its memory until then.
-    #[pyo3(signature = (target=None, *, fd=None, all=false, user_data=0, link=false,
-        hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn cancel(
-        &mut self,
-        #[pyo3(from_py_with = int::opt_u64_target)] target: Option<u64>,
-        fd: Option<&Bound<'_, PyAny>>,
-        all: bool,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        match (target, fd) {
-            (Some(_), Some(_)) | (None, None) => Err(PyValueError::new_err(
-                "cancel needs exactly one of: target (a user_data) or fd=",
-            )),
-            (None, Some(f)) => {
-                let f = fd_arg(f, "fd")?;
-                self.queue(
-                    op::cancel::cancel_fd(f, all),
-                    Slot::new(user_data, 0, Keep::None),
-                    o,
-                )
-            }
-            (Some(t), None) => {
-                let mut ids = self.core()?.slots_with_user_data(t);
-                if !all {
-                    ids.truncate(1);
-                }
-                // No match: target an id no slot has, so the kernel answers -ENOENT.
-                let last = ids.pop().unwrap_or(u32::MAX as u64 - 1);
-                for id in ids {
-                    self.core()?
-                        .push_internal(op::cancel::cancel_user_data(id, false))
-                        .map_err(|e| io_error(e, "queueing a cancel"))?;
-                }
-                self.queue(
-                    op::cancel::cancel_user_data(last, false),
-                    Slot::new(user_data, 0, Keep::None),
-                    o,
-                )
-            }
-        }
-    }
-
-    /// Queue a poll for readiness of `fd`: `mask` is `select.POLLIN | select.POLLOUT | …`
-    /// (default POLLIN). Result: the ready events. `multishot=True`: one completion
-    /// (`more=True`) per readiness change, until `poll_remove`, `cancel` or an error.
-    #[pyo3(signature = (fd, mask=1, *, multishot=false, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn poll_add(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u32_mask)] mask: u32,
-        multishot: bool,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::poll::poll_add(fd, mask, multishot),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue the removal of the poll queued with `user_data == target`. Result: 0, or
-    /// -ENOENT (no such poll) / -EALREADY; the poll itself completes with -ECANCELED.
-    #[pyo3(signature = (target, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn poll_remove(
-        &mut self,
-        #[pyo3(from_py_with = int::u64_target)] target: u64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.queue_on_target(
-            target,
-            io_uring::opcode::PollAdd::CODE,
-            op::poll::poll_remove,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue sync_file_range(2) over `length` bytes at `offset` (`length=0`: to the end
-    /// of the file). `flags`: 1 WAIT_BEFORE | 2 WRITE | 4 WAIT_AFTER (default 2: start
-    /// writeback without waiting — how RocksDB bounds a file's dirty pages).
-    #[pyo3(signature = (fd, length=0, offset=0, *, flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn sync_file_range(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u32_length)] length: u32,
-        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::sync::sync_file_range(fd, offset, length, flags),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue posix_fadvise(2): `advice` is one of `os.POSIX_FADV_*` for `length` bytes at
-    /// `offset` (`length=0`: to the end of the file).
-    #[pyo3(signature = (fd, offset, length, advice, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn fadvise(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
-        #[pyo3(from_py_with = int::i64_length)] length: i64,
-        #[pyo3(from_py_with = int::i32_advice)] advice: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::fs::fadvise(fd, offset, length, advice),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue madvise(2) on the memory of `buf` (a buffer-protocol object: mmap,
-    /// AlignedBuffer…; its start must be page-aligned) — `length` bytes, default all.
-    /// `buf` is kept alive until the completion.
-    #[pyo3(signature = (buf, advice, *, length=None, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn madvise(
-        &mut self,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_advice)] advice: i32,
-        #[pyo3(from_py_with = int::opt_usize_length)] length: Option<usize>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let b = read_only_buffer(buf, "buf")?;
-        let len = io_len(b.len_bytes(), length, "buf")? as usize;
-        let ptr = b.buf_ptr() as *const u8;
-        if !(ptr as usize).is_multiple_of(uringkit_core::buf::page_size()) {
-            return Err(PyValueError::new_err(
-                "madvise: buf must start on a page boundary (use an mmap or an \
-                 AlignedBuffer)",
-            ));
-        }
-        self.queue(
-            op::fs::madvise(ptr, len, advice),
-            Slot::new(user_data, 0, Keep::Buf(b)),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue getxattr(2) of attribute `name` of `path` — a path, or an open file (int
-    /// fd, `Fixed`, or an object with fileno()) for fgetxattr, as os.getxattr takes
-    /// either. The completion's `res` is the value's length and `result` the value
-    /// (bytes); `size` bounds it (-ERANGE if larger; Linux caps values at 64 KiB).
-    #[pyo3(signature = (path, name, *, size=65536, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn getxattr(
-        &mut self,
-        path: &Bound<'_, PyAny>,
-        name: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::usize_size)] size: usize,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        self.xattr(path, name, Err(size), user_data, o)
-    }
-
-    /// Queue setxattr(2): set attribute `name` of `path` (a path or an open file, as
-    /// os.setxattr) to `value` (bytes-like, copied); `flags` takes os.XATTR_CREATE /
-    /// os.XATTR_REPLACE.
-    #[pyo3(signature = (path, name, value, *, flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn setxattr(
-        &mut self,
-        path: &Bound<'_, PyAny>,
-        name: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        self.xattr(path, name, Ok((value, flags)), user_data, o)
-    }
-
-    /// Queue a futex2 wait on the 32-bit word at the start of `buf` (a writable buffer,
-    /// 4-byte aligned, kept alive until the completion): it completes with 0 once woken
-    /// (futex_wake, or FUTEX_WAKE from any thread), or -EAGAIN at once if the word is not
-    /// `val`. Kernel 6.7+ (`"futex_wait" in Ring.probe()`). `futex_flags` defaults to a
-    /// shared 32-bit futex (2): 130 (FUTEX2_PRIVATE) is faster, but on 6.16+ kernels a
-    /// private wait queued while the process has a single thread is never woken once a
-    /// second thread starts (a kernel bug); wait and wake must use the same flags.
-    #[pyo3(signature = (buf, val, *, mask=4294967295, futex_flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn futex_wait(
-        &mut self,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u64_val)] val: u64,
-        #[pyo3(from_py_with = int::u64_mask)] mask: u64,
-        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let (b, word) = futex_word(buf)?;
-        self.queue(
-            op::futex::wait(word, val, mask, futex_flags),
-            Slot::new(user_data, 0, Keep::Buf(b)),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a futex2 wake of up to `count` waiters of the word at the start of `buf`;
-    /// the completion's `res` is how many were woken.
-    #[pyo3(signature = (buf, count=1, *, mask=4294967295, futex_flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn futex_wake(
-        &mut self,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u64_count)] count: u64,
-        #[pyo3(from_py_with = int::u64_mask)] mask: u64,
-        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let (b, word) = futex_word(buf)?;
-        self.queue(
-            op::futex::wake(word, count, mask, futex_flags),
-            Slot::new(user_data, 0, Keep::Buf(b)),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a futex2 wait on several words at once (futex_waitv(2)): `futexes` is a list
-    /// of `(buf, val)`, each `buf` as for futex_wait (kept alive until the completion).
-    /// It completes with the index of the word that was woken, or -EAGAIN at once if a
-    /// word already differs from its `val`. At most 128 words. Kernel 6.7+
-    /// (`"futex_waitv" in Ring.probe()`).
-    #[pyo3(signature = (futexes, *, futex_flags=2, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn futex_waitv(
-        &mut self,
-        futexes: Vec<(Bound<'_, PyAny>, u64)>,
-        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        if futexes.is_empty() || futexes.len() > 128 {
-            return Err(PyValueError::new_err(format!(
-                "futexes must list 1 to 128 (buf, val) pairs (got {})",
-                futexes.len()
-            )));
-        }
-        let mut bufs = Vec::with_capacity(futexes.len());
-        let mut v = Vec::with_capacity(futexes.len());
-        for (buf, val) in &futexes {
-            let (b, word) = futex_word(buf)?;
-            v.push(op::futex::waitv_entry(word, *val, futex_flags));
-            bufs.push(b);
-        }
-        let v: Box<[io_uring::types::FutexWaitV]> = v.into();
-        let (p, n) = (v.as_ptr(), v.len() as u32);
-        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
-        slot.owned = Owned::FutexV(v);
-        self.queue(
-            op::futex::waitv(p, n),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a vectored read (preadv2) into parts of one registered Buffer: `ranges` is
-    /// a list of `(start, length)` within `buf`, filled in order from `offset` (-1: the
-    /// file position). `res` is the bytes read. Kernel 6.15+ (`"readv_fixed" in
-    /// Ring.probe()`).
-    #[pyo3(signature = (fd, buf, ranges, offset=-1, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn readv_fixed(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buf: &Bound<'_, Buffer>,
-        ranges: Vec<(usize, usize)>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        self.vectored_fixed(fd, buf, &ranges, offset, true, user_data, o)
-    }
-
-    /// Queue a vectored write (pwritev2) from parts of one registered Buffer: `ranges`
-    /// as for readv_fixed. Kernel 6.15+.
-    #[pyo3(signature = (fd, buf, ranges, offset=-1, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn writev_fixed(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        buf: &Bound<'_, Buffer>,
-        ranges: Vec<(usize, usize)>,
-        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let o = opts(link, hardlink, drain, async_, skip_success);
-        self.vectored_fixed(fd, buf, &ranges, offset, false, user_data, o)
-    }
-
-    /// Queue epoll_ctl(2) on the epoll set `epfd` (e.g. `select.epoll().fileno()`):
-    /// `op` is uringkit.EpollOp.ADD/MOD/DEL, `events` a mask of select.EPOLLIN… and
-    /// `data` what epoll_wait reports for `fd` (default: `fd`).
-    #[pyo3(signature = (epfd, op, fd, events=0, *, data=None, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn epoll_ctl(
-        &mut self,
-        epfd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_op)] op: i32,
-        #[pyo3(from_py_with = int::i32_fd)] fd: i32,
-        #[pyo3(from_py_with = int::u32_events)] events: u32,
-        #[pyo3(from_py_with = int::opt_u64_data)] data: Option<u64>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let epfd = fd_arg(epfd, "epfd")?;
-        let ev: Box<[libc::epoll_event]> = Box::new([libc::epoll_event {
-            events,
-            u64: data.unwrap_or(fd as u64),
-        }]);
-        let p = ev.as_ptr();
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Epoll(ev);
-        self.queue(
-            op::epoll::epoll_ctl(epfd, fd, op, p),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue epoll_wait(2) on `epfd` (kernel 6.15+: `"epoll_wait" in Ring.probe()`): it
-    /// completes when events are ready; `res` is how many and `result` a list of
-    /// `(data, events)` pairs.
-    #[pyo3(signature = (epfd, maxevents=64, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn epoll_wait(
-        &mut self,
-        epfd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u32_maxevents)] maxevents: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        if maxevents == 0 || maxevents > 65536 {
-            return Err(PyValueError::new_err(format!(
-                "maxevents must be between 1 and 65536 (got {maxevents})"
-            )));
-        }
-        let epfd = fd_arg(epfd, "epfd")?;
-        let mut evs: Box<[libc::epoll_event]> =
-            vec![libc::epoll_event { events: 0, u64: 0 }; maxevents as usize].into_boxed_slice();
-        let p = evs.as_mut_ptr();
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Epoll(evs);
-        self.queue(
-            op::epoll::epoll_wait(epfd, p, maxevents),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue pipe2(2) (kernel 6.16+: `"pipe" in Ring.probe()`): the completion's
-    /// `result` is `(read_fd, write_fd)`, `res` 0. `flags` takes os.O_CLOEXEC,
-    /// os.O_NONBLOCK, os.O_DIRECT (the descriptors are yours to close).
-    #[pyo3(signature = (*, flags=0, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn pipe(
-        &mut self,
-        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let mut fds = Box::new([-1i32; 2]);
-        let p = fds.as_mut_ptr();
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Fds(fds);
-        self.queue(
-            op::fs::pipe(p, flags),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue ftruncate(2) of `fd` to `length` bytes (kernel 6.9+: check `"ftruncate" in
-    /// Ring.probe()`).
-    #[pyo3(signature = (fd, length, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn ftruncate(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u64_length)] length: u64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::fs::ftruncate(fd, length),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue bind(2) of socket `fd` to `address` (as `connect` takes it); kernel 6.11+.
-    #[pyo3(signature = (fd, address, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn bind(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        address: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        let sa = Box::new(sockaddr_arg(address)?);
-        let e = op::net::bind(fd, &sa);
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Addr(sa);
-        self.queue(e, slot, opts(link, hardlink, drain, async_, skip_success))
-    }
-
-    /// Queue listen(2) on socket `fd` (kernel 6.11+).
-    #[pyo3(signature = (fd, backlog=128, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn listen(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::i32_backlog)] backlog: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        let fd = fd_arg(fd, "fd")?;
-        self.queue(
-            op::net::listen(fd, backlog),
-            Slot::new(user_data, 0, Keep::None),
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue the removal of the timeout queued with `user_data == target`: it completes
-    /// with -ECANCELED, this with 0 (or -ENOENT / -EALREADY).
-    #[pyo3(signature = (target, *, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn timeout_remove(
-        &mut self,
-        #[pyo3(from_py_with = int::u64_target)] target: u64,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        self.queue_on_target(
-            target,
-            io_uring::opcode::Timeout::CODE,
-            op::timeout::timeout_remove,
-            user_data,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue a new expiry for the timeout queued with `user_data == target`: `seconds`
-    /// from now (or an absolute CLOCK_MONOTONIC time with `absolute=True`).
-    #[pyo3(signature = (target, seconds, *, absolute=false, user_data=0, link=false, hardlink=false, drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn timeout_update(
-        &mut self,
-        #[pyo3(from_py_with = int::u64_target)] target: u64,
-        seconds: f64,
-        absolute: bool,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        check_seconds(seconds)?;
-        let id = self.target_slot(target, io_uring::opcode::Timeout::CODE)?;
-        let ts = Box::new(op::timeout::timespec(seconds));
-        let p = &*ts as *const io_uring::types::Timespec;
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::Timespec(ts);
-        self.queue(
-            op::timeout::timeout_update(id, p, absolute),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
-
-    /// Queue waitid(2) (kernel 6.7+): completes with 0 when a child matching `idtype` /
-    /// `id` (`os.P_PID`, `os.P_PGID`, `os.P_ALL`, `os.P_PIDFD`) changes state as `options`
-    /// asks (`os.WEXITED`, `os.WSTOPPED`, … | `os.WNOWAIT`); `completion.result` then has
-    /// os.waitid's fields: `si_pid, si_uid, si_signo, si_status, si_code`.
-    #[pyo3(signature = (idtype, id, options, *, user_data=0, link=false, hardlink=false,
-        drain=false, async_=false, skip_success=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn waitid(
-        &mut self,
-        #[pyo3(from_py_with = int::u32_idtype)] idtype: u32,
-        #[pyo3(from_py_with = int::u32_id)] id: u32,
-        #[pyo3(from_py_with = int::i32_options)] options: i32,
-        #[pyo3(from_py_with = int::u64_user_data)] user_data: u64,
-        link: bool,
-        hardlink: bool,
-        drain: bool,
-        async_: bool,
-        skip_success: bool,
-    ) -> PyResult<()> {
-        // SAFETY: siginfo_t is plain old data; all-zero is a valid (empty) value.
-        let mut info: Box<libc::siginfo_t> = Box::new(unsafe { std::mem::zeroed() });
-        let p = &mut *info as *mut libc::siginfo_t;
-        let mut slot = Slot::new(user_data, 0, Keep::None);
-        slot.owned = Owned::SigInfo(info);
-        self.queue(
-            op::process::waitid(idtype, id, options, p),
-            slot,
-            opts(link, hardlink, drain, async_, skip_success),
-        )
-    }
 
     /// Queue a message to another ring (MSG_RING): a completion with `res` and
     /// `user_data=data` appears in `target` (a Ring, or a ring's fd) without any op of its
@@ -3066,13 +1526,7 @@ impl Ring {
                 (false, Some(ix)) => op::rw::write_fixed(fd, p, size32, ix, offs[i]),
             };
             let mut slot = Slot::new(i as u64, 0, Keep::Batch(shared.clone(), id));
-            slot.io = IoInfo {
-                fd: raw_of(fd),
-                addr: p as u64,
-                len: size as u64,
-                offset: offs[i],
-                buf_group: None,
-            };
+            slot.io = IoInfo::new(raw_of(fd), p as u64, size as u64, offs[i]);
             (e, slot)
         };
         match sharing {
@@ -3161,13 +1615,7 @@ impl Ring {
         let first = iov.first().map(|v| v.iov_base as u64).unwrap_or(0);
         let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
         slot.owned = Owned::Iovecs(iov);
-        slot.io = IoInfo {
-            fd: raw_of(fd),
-            addr: first,
-            len: total,
-            offset: off,
-            buf_group: None,
-        };
+        slot.io = IoInfo::new(raw_of(fd), first, total, off);
         let e = if read {
             op::rw::readv(fd, p, n, off)
         } else {
@@ -3218,13 +1666,7 @@ impl Ring {
         let (p, n) = (iov.as_ptr(), iov.len() as u32);
         let total: u64 = ranges.iter().map(|r| r.1 as u64).sum();
         let mut slot = Slot::new(user_data, 0, Keep::Obj(buf.clone().into_any().unbind()));
-        slot.io = IoInfo {
-            fd: raw_of(fd),
-            addr: iov[0].iov_base as u64,
-            len: total,
-            offset: off,
-            buf_group: None,
-        };
+        slot.io = IoInfo::new(raw_of(fd), iov[0].iov_base as u64, total, off);
         slot.owned = Owned::Iovecs(iov);
         let e = if read {
             op::rw::readv_fixed(fd, p, n, b.index, off)
@@ -3371,13 +1813,7 @@ impl Ring {
     ) -> PyResult<()> {
         let (ptr, len, index) = buf;
         let mut slot = Slot::new(user_data, 0, keep);
-        slot.io = IoInfo {
-            fd: raw_of(fd),
-            addr: ptr as u64,
-            len: len as u64,
-            offset: off,
-            buf_group: None,
-        };
+        slot.io = IoInfo::new(raw_of(fd), ptr as u64, len as u64, off);
         let e = if read {
             op::rw::read_fixed(fd, ptr, len as u32, index, off)
         } else {
@@ -3561,4 +1997,1249 @@ fn take_waiter(
     };
     fut.call_method1(pyo3::intern!(py, "remove_done_callback"), (&cb,))?;
     wake.append((cb, fut, ctx))
+}
+
+macro_rules! sqe_op {
+    (
+        $(#[doc = $doc:literal])*
+        fn $name:ident(&mut $self:ident $(, $(#[$pa:meta])* $arg:ident : $ty:ty)* $(,)?)
+        signature[$($pos:tt)*][$($kw:tt)*]
+        |$ud:ident, $o:ident| $body:expr
+    ) => {
+        #[pymethods]
+        impl Ring {
+            $(#[doc = $doc])*
+            #[pyo3(signature = ($($pos)* *, $($kw)* $ud=0, link=false, hardlink=false,
+                drain=false, async_=false, skip_success=false))]
+            #[allow(clippy::too_many_arguments, unused_braces)]
+            fn $name(
+                &mut $self,
+                $($(#[$pa])* $arg: $ty,)*
+                #[pyo3(from_py_with = int::u64_user_data)] $ud: u64,
+                link: bool,
+                hardlink: bool,
+                drain: bool,
+                async_: bool,
+                skip_success: bool,
+            ) -> PyResult<()> {
+                let $o = opts(link, hardlink, drain, async_, skip_success);
+                $body
+            }
+        }
+    };
+}
+
+sqe_op! {
+    /// Queue a no-op (a pure round trip through the ring).
+    fn nop(
+        &mut self,
+    )
+    signature[][]
+    |user_data, sqe| {
+        self.queue_plain(op::nop::nop(), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue a read of up to `nbytes` (default: len(buf)) into `buf` at `offset` (-1: the
+    /// current file position). With `buffer_ring=` and no `buf`, the kernel picks a provided
+    /// buffer (completion.buffer_id). Result: bytes read (0 at EOF). A `buf` that is one of
+    /// this ring's registered Buffers is read with READ_FIXED (as read_fixed would).
+    /// `multishot=True` (with `buffer_ring`, kernel 6.7+, on a pipe, socket, eventfd or
+    /// tty): one completion (`more=True`) per chunk that arrives, until end of file, an
+    /// error, ENOBUFS or cancellation.
+    /// `rw_flags`: preadv2's `os.RWF_*` flags (e.g. `RWF_NOWAIT`: EAGAIN instead of
+    /// waiting for the disk).
+    fn read(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        buffer_ring: Option<&Bound<'_, BufferRing>>,
+        multishot: bool,
+        #[pyo3(from_py_with = int::i32_rw_flags)] rw_flags: i32,
+    )
+    signature[fd, buf=None, offset=-1,][nbytes=None, buffer_ring=None, multishot=false, rw_flags=0,]
+    |user_data, o| {
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        if multishot && (buffer_ring.is_none() || buf.is_some()) {
+            return Err(PyValueError::new_err(
+                "multishot=True reads into provided buffers: pass buffer_ring= and no buf",
+            ));
+        }
+        match (buf, buffer_ring) {
+            (Some(_), Some(_)) => Err(PyValueError::new_err(
+                "pass either buf or buffer_ring, not both",
+            )),
+            (None, None) => Err(PyValueError::new_err(
+                "read needs a buf to read into, or buffer_ring= for a provided buffer",
+            )),
+            (None, Some(br)) => {
+                let (group, size) = self.buffer_ring_group(br)?;
+                let len = io_len(size, nbytes, "a provided buffer")?;
+                let mut slot = Slot::new(user_data, 0, Keep::None);
+                slot.io = IoInfo {
+                    buf_group: Some(group),
+                    ..IoInfo::new(raw_of(fd), 0, len as u64, off)
+                };
+                let e = if multishot {
+                    op::rw::read_multi(fd, group)
+                } else {
+                    op::rw::read_select(fd, len, off, group)
+                };
+                self.queue(e, slot, o)
+            }
+            (Some(b), None) => {
+                if let Some((fb, len)) = self.own_buffer(b, nbytes, rw_flags)? {
+                    // one of this ring's registered Buffers: READ_FIXED, no page pinning
+                    let (ptr, index) = (fb.get().ptr(), fb.get().index);
+                    let keep = Keep::Obj(b.clone().unbind());
+                    return self.queue_fixed(fd, (ptr, len, index), off, true, keep, user_data, o);
+                }
+                let pb = writable_buffer(b, "buf")?;
+                let len = io_len(pb.len_bytes(), nbytes, "buf")?;
+                let ptr = pb.buf_ptr() as *mut u8;
+                let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
+                slot.io = IoInfo::new(raw_of(fd), ptr as u64, len as u64, off);
+                self.queue(op::rw::read(fd, ptr, len, off, rw_flags), slot, o)
+            }
+        }
+    }
+}
+
+sqe_op! {
+    /// Queue a write of `data` (or its first `nbytes`) at `offset` (-1: current position,
+    /// or the end for O_APPEND). Result: bytes written (may be short). `data` that is one
+    /// of this ring's registered Buffers is written with WRITE_FIXED.
+    /// `rw_flags`: pwritev2's `os.RWF_*` flags (e.g. `RWF_DSYNC`: durable on completion,
+    /// like the write followed by fdatasync, in one SQE).
+    fn write(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i32_rw_flags)] rw_flags: i32,
+    )
+    signature[fd, data, offset=-1,][nbytes=None, rw_flags=0,]
+    |user_data, o| {
+        let fd = fd_arg(fd, "fd")?;
+        let off = offset_arg(offset)?;
+        if let Some((fb, len)) = self.own_buffer(data, nbytes, rw_flags)? {
+            // one of this ring's registered Buffers: WRITE_FIXED, no page pinning
+            let (ptr, index) = (fb.get().ptr(), fb.get().index);
+            let keep = Keep::Obj(data.clone().unbind());
+            return self.queue_fixed(fd, (ptr, len, index), off, false, keep, user_data, o);
+        }
+        let pb = read_only_buffer(data, "data")?;
+        let len = io_len(pb.len_bytes(), nbytes, "data")?;
+        let ptr = pb.buf_ptr() as *const u8;
+        let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
+        slot.io = IoInfo::new(raw_of(fd), ptr as u64, len as u64, off);
+        self.queue(op::rw::write(fd, ptr, len, off, rw_flags), slot, o)
+    }
+}
+
+sqe_op! {
+    /// Queue a vectored read into each of `buffers` in turn (preadv).
+    fn readv(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+    )
+    signature[fd, buffers, offset=-1,][]
+    |user_data, sqe| {
+        self.vectored(
+            fd,
+            buffers,
+            offset,
+            true,
+            user_data,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a vectored write of each of `buffers` in turn (pwritev).
+    fn writev(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+    )
+    signature[fd, buffers, offset=-1,][]
+    |user_data, sqe| {
+        self.vectored(
+            fd,
+            buffers,
+            offset,
+            false,
+            user_data,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a read into a registered Buffer (no per-op page pinning).
+    fn read_fixed(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+    )
+    signature[fd, buf, offset=-1,][nbytes=None,]
+    |user_data, sqe| {
+        self.fixed_rw(
+            fd,
+            buf,
+            offset,
+            nbytes,
+            true,
+            user_data,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a write from a registered Buffer.
+    fn write_fixed(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: &Bound<'_, Buffer>,
+        #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+    )
+    signature[fd, buf, offset=-1,][nbytes=None,]
+    |user_data, sqe| {
+        self.fixed_rw(
+            fd,
+            buf,
+            offset,
+            nbytes,
+            false,
+            user_data,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue fsync (or fdatasync with `datasync=True`). Link it after a write for durability.
+    fn fsync(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        datasync: bool,
+    )
+    signature[fd,][datasync=false,]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::sync::fsync(fd, datasync), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue fallocate(fd, mode, offset, length).
+    fn fallocate(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_length)] length: u64,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::i32_mode)] mode: i32,
+    )
+    signature[fd, length, offset=0,][mode=0,]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::sync::fallocate(fd, offset, length, mode), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue openat(dir_fd, path, flags, mode). Result: the new fd (or 0 with
+    /// `fixed_slot=`, which installs it straight into the registered file table).
+    fn openat(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u32_mode)] mode: u32,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
+    )
+    signature[path, flags=libc::O_RDONLY | libc::O_CLOEXEC, mode=0o644,][dir_fd=libc::AT_FDCWD, fixed_slot=None,]
+    |user_data, sqe| {
+        let p = path_arg(path)?;
+        let ptr = p.as_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Path(p);
+        self.queue(
+            op::fs::openat(dir_fd, ptr, flags, mode, fixed_slot),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue openat2(2): like `openat`, plus `resolve` — `uringkit.Resolve` flags that
+    /// restrict how the path is walked (`Resolve.BENEATH`: never leave `dir_fd`, -EXDEV;
+    /// `Resolve.NO_SYMLINKS`: -ELOOP on any symlink; `Resolve.IN_ROOT`: treat `dir_fd` as
+    /// `/`) — what a server needs to open user-supplied paths safely. `mode` defaults to
+    /// 0o644 with O_CREAT/O_TMPFILE and must be 0 otherwise. Result: the new fd.
+    fn openat2(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::opt_u32_mode)] mode: Option<u32>,
+        #[pyo3(from_py_with = int::u64_resolve)] resolve: u64,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
+    )
+    signature[path, flags=0o2000000, mode=None,][resolve=0, dir_fd=-100, fixed_slot=None,]
+    |user_data, sqe| {
+        let creates = flags & (libc::O_CREAT | libc::O_TMPFILE) != 0;
+        let mode = mode.unwrap_or(if creates { 0o644 } else { 0 });
+        if mode != 0 && !creates {
+            return Err(PyValueError::new_err(
+                "openat2: mode must be 0 unless flags has O_CREAT or O_TMPFILE",
+            ));
+        }
+        // a fixed file has no close-on-exec flag (the kernel rejects O_CLOEXEC there)
+        let flags = if fixed_slot.is_some() {
+            flags & !libc::O_CLOEXEC
+        } else {
+            flags
+        };
+        let p = path_arg(path)?;
+        let how = Box::new(
+            io_uring::types::OpenHow::new()
+                .flags(flags as u32 as u64)
+                .mode(mode as u64)
+                .resolve(resolve),
+        );
+        let e = op::fs::openat2(dir_fd, p.as_ptr(), &*how, fixed_slot);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::PathHow(p, how);
+        self.queue(e, slot, sqe)
+    }
+}
+
+sqe_op! {
+    /// `ring.close()`: cancel every op in flight, wait (GIL released) for their completions
+    /// so no memory is freed while the kernel may use it, then close the ring. Idempotent.
+    ///
+    /// `ring.close(fd)`: queue IORING_OP_CLOSE for `fd` (`Fixed(i)` empties a registered
+    /// file slot), like every other op.
+    fn close(
+        &mut self,
+        py: Python<'_>,
+        fd: Option<&Bound<'_, PyAny>>,
+    )
+    signature[fd=None,][]
+    |user_data, sqe| {
+        let Some(fd) = fd else {
+            return self.shutdown_ring(py);
+        };
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::fs::close(fd), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue statx. The completion's `result` is a dict with os.stat_result's field names
+    /// (plus dio_mem_align / dio_offset_align when the kernel reports them). To stat an open
+    /// fd: `statx("", dir_fd=fd, flags=AT_EMPTY_PATH)`.
+    fn statx(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        #[pyo3(from_py_with = int::u32_mask)] mask: u32,
+    )
+    signature[path,][dir_fd=libc::AT_FDCWD, flags=0, mask=0x0fff | 0x2000,]
+    |user_data, sqe| {
+        let p = path_arg(path)?;
+        let mut st = Box::<KStatx>::default();
+        let (pp, sp) = (p.as_ptr(), &mut *st as *mut KStatx);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Statx(p, st);
+        self.queue(
+            op::fs::statx(dir_fd, pp, sp, flags, mask),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue renameat (os.rename / os.replace; `flags` takes RENAME_NOREPLACE etc.).
+    fn renameat(
+        &mut self,
+        old: &Bound<'_, PyAny>,
+        new: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_old_dir_fd)] old_dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_new_dir_fd)] new_dir_fd: i32,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[old, new,][old_dir_fd=libc::AT_FDCWD, new_dir_fd=libc::AT_FDCWD, flags=0,]
+    |user_data, sqe| {
+        let (a, b) = (path_arg(old)?, path_arg(new)?);
+        let e = op::fs::renameat(old_dir_fd, a.as_ptr(), new_dir_fd, b.as_ptr(), flags);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Paths(a, b);
+        self.queue(e, slot, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue unlinkat (os.unlink; `flags=AT_REMOVEDIR` (0x200) for os.rmdir).
+    fn unlinkat(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+    )
+    signature[path,][dir_fd=libc::AT_FDCWD, flags=0,]
+    |user_data, sqe| {
+        let p = path_arg(path)?;
+        let e = op::fs::unlinkat(dir_fd, p.as_ptr(), flags);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Path(p);
+        self.queue(e, slot, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue mkdirat (os.mkdir).
+    fn mkdirat(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_mode)] mode: u32,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+    )
+    signature[path, mode=0o777,][dir_fd=libc::AT_FDCWD,]
+    |user_data, sqe| {
+        let p = path_arg(path)?;
+        let e = op::fs::mkdirat(dir_fd, p.as_ptr(), mode);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Path(p);
+        self.queue(e, slot, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue symlinkat: create `link_path` pointing at `target` (os.symlink).
+    fn symlinkat(
+        &mut self,
+        target: &Bound<'_, PyAny>,
+        link_path: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_dir_fd)] dir_fd: i32,
+    )
+    signature[target, link_path,][dir_fd=libc::AT_FDCWD,]
+    |user_data, sqe| {
+        let (t, l) = (path_arg(target)?, path_arg(link_path)?);
+        let e = op::fs::symlinkat(t.as_ptr(), dir_fd, l.as_ptr());
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Paths(t, l);
+        self.queue(e, slot, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue linkat: a hard link `new` to `old` (os.link).
+    fn linkat(
+        &mut self,
+        old: &Bound<'_, PyAny>,
+        new: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_old_dir_fd)] old_dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_new_dir_fd)] new_dir_fd: i32,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+    )
+    signature[old, new,][old_dir_fd=libc::AT_FDCWD, new_dir_fd=libc::AT_FDCWD, flags=0,]
+    |user_data, sqe| {
+        let (a, b) = (path_arg(old)?, path_arg(new)?);
+        let e = op::fs::linkat(old_dir_fd, a.as_ptr(), new_dir_fd, b.as_ptr(), flags);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Paths(a, b);
+        self.queue(e, slot, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue splice: move `nbytes` from fd_in to fd_out (one must be a pipe). An offset of
+    /// -1 uses the descriptor's position (required for the pipe side).
+    fn splice(
+        &mut self,
+        fd_in: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i64_off_in)] off_in: i64,
+        fd_out: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i64_off_out)] off_out: i64,
+        #[pyo3(from_py_with = int::u32_nbytes)] nbytes: u32,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[fd_in, off_in, fd_out, off_out, nbytes,][flags=0,]
+    |user_data, sqe| {
+        let (i, o) = (fd_arg(fd_in, "fd_in")?, fd_arg(fd_out, "fd_out")?);
+        self.queue_plain(op::splice::splice(i, off_in, o, off_out, nbytes, flags), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue tee: duplicate `nbytes` from one pipe into another without consuming them.
+    fn tee(
+        &mut self,
+        fd_in: &Bound<'_, PyAny>,
+        fd_out: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_nbytes)] nbytes: u32,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[fd_in, fd_out, nbytes,][flags=0,]
+    |user_data, sqe| {
+        let (i, o) = (fd_arg(fd_in, "fd_in")?, fd_arg(fd_out, "fd_out")?);
+        self.queue_plain(op::splice::tee(i, o, nbytes, flags), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue accept on a listening socket. Result: the new connection's fd; single-shot
+    /// completions carry the peer address in `result`. `multishot=True` keeps accepting
+    /// (completion.more stays True) until cancelled or an error.
+    fn accept(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        multishot: bool,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+    )
+    signature[fd,][multishot=false, flags=libc::SOCK_CLOEXEC,]
+    |user_data, o| {
+        let fd = fd_arg(fd, "fd")?;
+        if multishot {
+            return self.queue_plain(op::net::accept_multi(fd, flags), user_data, o);
+        }
+        let mut sa = Box::<SockAddr>::default();
+        let e = op::net::accept(fd, Some(&mut sa), flags);
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Addr(sa);
+        self.queue(e, slot, o)
+    }
+}
+
+sqe_op! {
+    /// Queue connect to `address`: (host, port), (host, port, flowinfo, scope_id), or an
+    /// AF_UNIX path.
+    fn connect(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        address: &Bound<'_, PyAny>,
+    )
+    signature[fd, address,][]
+    |user_data, sqe| {
+        self.queue_addr(fd, address, user_data, sqe, op::net::connect)
+    }
+}
+
+sqe_op! {
+    /// Queue recv into `buf`, or into a provided buffer with `buffer_ring=`.
+    /// `multishot=True` (needs `buffer_ring`) keeps receiving, one completion per chunk,
+    /// until EOF (res 0), an error, ENOBUFS or cancellation.
+    fn recv(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buf: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+        multishot: bool,
+        buffer_ring: Option<&Bound<'_, BufferRing>>,
+    )
+    signature[fd, buf=None,][nbytes=None, flags=0, multishot=false, buffer_ring=None,]
+    |user_data, o| {
+        let fd = fd_arg(fd, "fd")?;
+        match (buf, buffer_ring) {
+            (Some(_), Some(_)) => Err(PyValueError::new_err(
+                "pass either buf or buffer_ring, not both",
+            )),
+            (None, None) => Err(PyValueError::new_err(
+                "recv needs a buf, or buffer_ring= for provided buffers",
+            )),
+            (Some(_), None) if multishot => Err(PyValueError::new_err(
+                "multishot recv needs buffer_ring= (each completion gets its own buffer)",
+            )),
+            (None, Some(br)) => {
+                let (group, size) = self.buffer_ring_group(br)?;
+                let mut slot = Slot::new(user_data, 0, Keep::None);
+                slot.io.buf_group = Some(group);
+                let e = if multishot {
+                    op::net::recv_multi(fd, flags, group)
+                } else {
+                    let len = io_len(size, nbytes, "a provided buffer")?;
+                    op::net::recv_select(fd, len, flags, group)
+                };
+                self.queue(e, slot, o)
+            }
+            (Some(b), None) => {
+                let pb = writable_buffer(b, "buf")?;
+                let len = io_len(pb.len_bytes(), nbytes, "buf")?;
+                let ptr = pb.buf_ptr() as *mut u8;
+                self.queue(
+                    op::net::recv(fd, ptr, len, flags),
+                    Slot::new(user_data, 0, Keep::Buf(pb)),
+                    o,
+                )
+            }
+        }
+    }
+}
+
+sqe_op! {
+    /// Queue send of `data`. Result: bytes sent.
+    fn send(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+    )
+    signature[fd, data,][nbytes=None, flags=0,]
+    |user_data, sqe| {
+        self.queue_send(fd, data, nbytes, flags, user_data, sqe, op::net::send)
+    }
+}
+
+sqe_op! {
+    /// Queue a zero-copy send. Two completions arrive: the result (`more=True`), then a
+    /// notification (`notif=True`) once the kernel no longer reads `data`; the buffer is
+    /// held until the notification.
+    fn send_zc(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+    )
+    signature[fd, data,][nbytes=None, flags=0,]
+    |user_data, sqe| {
+        self.queue_send(fd, data, nbytes, flags, user_data, sqe, op::net::send_zc)
+    }
+}
+
+sqe_op! {
+    /// Queue sendmsg of `buffers` (gathered), optionally to `address` (datagram sockets).
+    fn sendmsg(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        address: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[fd, buffers, address=None,][flags=0,]
+    |user_data, o| {
+        self.queue_sendmsg(fd, buffers, address, flags, user_data, o, false)
+    }
+}
+
+sqe_op! {
+    /// Queue sendmsg with zero copy (`sendmsg` + `send_zc`): the buffers are sent from
+    /// where they are; a second completion (`notif=True`) says the kernel is done with
+    /// them, and they are held until it arrives. Kernel 6.1+.
+    fn sendmsg_zc(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        address: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[fd, buffers, address=None,][flags=0,]
+    |user_data, o| {
+        self.queue_sendmsg(fd, buffers, address, flags, user_data, o, true)
+    }
+}
+
+sqe_op! {
+    /// Queue recvmsg into `buffers` (scattered). The completion's `result` is the sender's
+    /// address for datagram sockets.
+    fn recvmsg(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[fd, buffers,][flags=0,]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        let (bufs, iov) = iovecs(buffers, true)?;
+        let mut msg = msg_store(iov, Some(Box::default()));
+        let p = &mut msg.hdr as *mut libc::msghdr;
+        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+        slot.owned = Owned::Msg(msg);
+        self.queue(
+            op::net::recvmsg(fd, p, flags),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue shutdown(fd, how) (socket.SHUT_RD / SHUT_WR / SHUT_RDWR).
+    fn shutdown(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_how)] how: i32,
+    )
+    signature[fd, how,][]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::net::shutdown(fd, how), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue socket(domain, type, protocol). Result: the new fd (or 0 with `fixed_slot=`).
+    fn socket(
+        &mut self,
+        #[pyo3(from_py_with = int::i32_domain)] domain: i32,
+        #[pyo3(from_py_with = int::i32_type_)] type_: i32,
+        #[pyo3(from_py_with = int::i32_protocol)] protocol: i32,
+        #[pyo3(from_py_with = int::opt_u32_fixed_slot)] fixed_slot: Option<u32>,
+    )
+    signature[domain, type_, protocol=0,][fixed_slot=None,]
+    |user_data, sqe| {
+        self.queue_plain(op::net::socket(domain, type_, protocol, fixed_slot), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue a timeout: completes with -ETIME after `seconds`, or with 0 once `count` other
+    /// completions have arrived. `absolute=True` takes CLOCK_MONOTONIC seconds.
+    fn timeout(
+        &mut self,
+        seconds: f64,
+        #[pyo3(from_py_with = int::u32_count)] count: u32,
+        absolute: bool,
+    )
+    signature[seconds,][count=0, absolute=false,]
+    |user_data, sqe| {
+        check_seconds(seconds)?;
+        let ts = Box::new(op::timeout::timespec(seconds));
+        let p = &*ts as *const io_uring::types::Timespec;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Timespec(ts);
+        self.queue(
+            op::timeout::timeout(p, count, absolute),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a linked timeout for the op queued just before (which must have `link=True`):
+    /// if that op has not completed after `seconds`, it is cancelled (-ECANCELED) and this
+    /// completes with -ETIME; otherwise this completes with -ECANCELED.
+    fn link_timeout(
+        &mut self,
+        seconds: f64,
+    )
+    signature[seconds,][]
+    |user_data, sqe| {
+        check_seconds(seconds)?;
+        let ts = Box::new(op::timeout::timespec(seconds));
+        let p = &*ts as *const io_uring::types::Timespec;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Timespec(ts);
+        self.queue(
+            op::timeout::link_timeout(p),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a cancellation of the in-flight op(s) queued with `user_data == target`
+    /// (`all=True`: every match), or of ops on `fd=`. Result: 0 when cancelled, -ENOENT when
+    /// nothing matched, -EALREADY when the op was already running. The cancelled op still
+    /// completes (usually -ECANCELED) and keeps its memory until then.
+    fn cancel(
+        &mut self,
+        #[pyo3(from_py_with = int::opt_u64_target)] target: Option<u64>,
+        fd: Option<&Bound<'_, PyAny>>,
+        all: bool,
+    )
+    signature[target=None,][fd=None, all=false,]
+    |user_data, o| {
+        match (target, fd) {
+            (Some(_), Some(_)) | (None, None) => Err(PyValueError::new_err(
+                "cancel needs exactly one of: target (a user_data) or fd=",
+            )),
+            (None, Some(f)) => {
+                let f = fd_arg(f, "fd")?;
+                self.queue_plain(op::cancel::cancel_fd(f, all), user_data, o)
+            }
+            (Some(t), None) => {
+                let mut ids = self.core()?.slots_with_user_data(t);
+                if !all {
+                    ids.truncate(1);
+                }
+                // No match: target an id no slot has, so the kernel answers -ENOENT.
+                let last = ids.pop().unwrap_or(u32::MAX as u64 - 1);
+                for id in ids {
+                    self.core()?
+                        .push_internal(op::cancel::cancel_user_data(id, false))
+                        .map_err(|e| io_error(e, "queueing a cancel"))?;
+                }
+                self.queue_plain(op::cancel::cancel_user_data(last, false), user_data, o)
+            }
+        }
+    }
+}
+
+sqe_op! {
+    /// Queue a poll for readiness of `fd`: `mask` is `select.POLLIN | select.POLLOUT | …`
+    /// (default POLLIN). Result: the ready events. `multishot=True`: one completion
+    /// (`more=True`) per readiness change, until `poll_remove`, `cancel` or an error.
+    fn poll_add(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_mask)] mask: u32,
+        multishot: bool,
+    )
+    signature[fd, mask=1,][multishot=false,]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::poll::poll_add(fd, mask, multishot), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue the removal of the poll queued with `user_data == target`. Result: 0, or
+    /// -ENOENT (no such poll) / -EALREADY; the poll itself completes with -ECANCELED.
+    fn poll_remove(
+        &mut self,
+        #[pyo3(from_py_with = int::u64_target)] target: u64,
+    )
+    signature[target,][]
+    |user_data, sqe| {
+        self.queue_on_target(
+            target,
+            io_uring::opcode::PollAdd::CODE,
+            op::poll::poll_remove,
+            user_data,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue sync_file_range(2) over `length` bytes at `offset` (`length=0`: to the end
+    /// of the file). `flags`: 1 WAIT_BEFORE | 2 WRITE | 4 WAIT_AFTER (default 2: start
+    /// writeback without waiting — how RocksDB bounds a file's dirty pages).
+    fn sync_file_range(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_length)] length: u32,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[fd, length=0, offset=0,][flags=2,]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::sync::sync_file_range(fd, offset, length, flags), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue posix_fadvise(2): `advice` is one of `os.POSIX_FADV_*` for `length` bytes at
+    /// `offset` (`length=0`: to the end of the file).
+    fn fadvise(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_offset)] offset: u64,
+        #[pyo3(from_py_with = int::i64_length)] length: i64,
+        #[pyo3(from_py_with = int::i32_advice)] advice: i32,
+    )
+    signature[fd, offset, length, advice,][]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::fs::fadvise(fd, offset, length, advice), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue madvise(2) on the memory of `buf` (a buffer-protocol object: mmap,
+    /// AlignedBuffer…; its start must be page-aligned) — `length` bytes, default all.
+    /// `buf` is kept alive until the completion.
+    fn madvise(
+        &mut self,
+        buf: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_advice)] advice: i32,
+        #[pyo3(from_py_with = int::opt_usize_length)] length: Option<usize>,
+    )
+    signature[buf, advice,][length=None,]
+    |user_data, sqe| {
+        let b = read_only_buffer(buf, "buf")?;
+        let len = io_len(b.len_bytes(), length, "buf")? as usize;
+        let ptr = b.buf_ptr() as *const u8;
+        if !(ptr as usize).is_multiple_of(uringkit_core::buf::page_size()) {
+            return Err(PyValueError::new_err(
+                "madvise: buf must start on a page boundary (use an mmap or an \
+                 AlignedBuffer)",
+            ));
+        }
+        self.queue(
+            op::fs::madvise(ptr, len, advice),
+            Slot::new(user_data, 0, Keep::Buf(b)),
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue getxattr(2) of attribute `name` of `path` — a path, or an open file (int
+    /// fd, `Fixed`, or an object with fileno()) for fgetxattr, as os.getxattr takes
+    /// either. The completion's `res` is the value's length and `result` the value
+    /// (bytes); `size` bounds it (-ERANGE if larger; Linux caps values at 64 KiB).
+    fn getxattr(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::usize_size)] size: usize,
+    )
+    signature[path, name,][size=65536,]
+    |user_data, o| {
+        self.xattr(path, name, Err(size), user_data, o)
+    }
+}
+
+sqe_op! {
+    /// Queue setxattr(2): set attribute `name` of `path` (a path or an open file, as
+    /// os.setxattr) to `value` (bytes-like, copied); `flags` takes os.XATTR_CREATE /
+    /// os.XATTR_REPLACE.
+    fn setxattr(
+        &mut self,
+        path: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+    )
+    signature[path, name, value,][flags=0,]
+    |user_data, o| {
+        self.xattr(path, name, Ok((value, flags)), user_data, o)
+    }
+}
+
+sqe_op! {
+    /// Queue a futex2 wait on the 32-bit word at the start of `buf` (a writable buffer,
+    /// 4-byte aligned, kept alive until the completion): it completes with 0 once woken
+    /// (futex_wake, or FUTEX_WAKE from any thread), or -EAGAIN at once if the word is not
+    /// `val`. Kernel 6.7+ (`"futex_wait" in Ring.probe()`). `futex_flags` defaults to a
+    /// shared 32-bit futex (2): 130 (FUTEX2_PRIVATE) is faster, but on 6.16+ kernels a
+    /// private wait queued while the process has a single thread is never woken once a
+    /// second thread starts (a kernel bug); wait and wake must use the same flags.
+    fn futex_wait(
+        &mut self,
+        buf: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_val)] val: u64,
+        #[pyo3(from_py_with = int::u64_mask)] mask: u64,
+        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
+    )
+    signature[buf, val,][mask=4294967295, futex_flags=2,]
+    |user_data, sqe| {
+        let (b, word) = futex_word(buf)?;
+        self.queue(
+            op::futex::wait(word, val, mask, futex_flags),
+            Slot::new(user_data, 0, Keep::Buf(b)),
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a futex2 wake of up to `count` waiters of the word at the start of `buf`;
+    /// the completion's `res` is how many were woken.
+    fn futex_wake(
+        &mut self,
+        buf: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_count)] count: u64,
+        #[pyo3(from_py_with = int::u64_mask)] mask: u64,
+        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
+    )
+    signature[buf, count=1,][mask=4294967295, futex_flags=2,]
+    |user_data, sqe| {
+        let (b, word) = futex_word(buf)?;
+        self.queue(
+            op::futex::wake(word, count, mask, futex_flags),
+            Slot::new(user_data, 0, Keep::Buf(b)),
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a futex2 wait on several words at once (futex_waitv(2)): `futexes` is a list
+    /// of `(buf, val)`, each `buf` as for futex_wait (kept alive until the completion).
+    /// It completes with the index of the word that was woken, or -EAGAIN at once if a
+    /// word already differs from its `val`. At most 128 words. Kernel 6.7+
+    /// (`"futex_waitv" in Ring.probe()`).
+    fn futex_waitv(
+        &mut self,
+        futexes: Vec<(Bound<'_, PyAny>, u64)>,
+        #[pyo3(from_py_with = int::u32_futex_flags)] futex_flags: u32,
+    )
+    signature[futexes,][futex_flags=2,]
+    |user_data, sqe| {
+        if futexes.is_empty() || futexes.len() > 128 {
+            return Err(PyValueError::new_err(format!(
+                "futexes must list 1 to 128 (buf, val) pairs (got {})",
+                futexes.len()
+            )));
+        }
+        let mut bufs = Vec::with_capacity(futexes.len());
+        let mut v = Vec::with_capacity(futexes.len());
+        for (buf, val) in &futexes {
+            let (b, word) = futex_word(buf)?;
+            v.push(op::futex::waitv_entry(word, *val, futex_flags));
+            bufs.push(b);
+        }
+        let v: Box<[io_uring::types::FutexWaitV]> = v.into();
+        let (p, n) = (v.as_ptr(), v.len() as u32);
+        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+        slot.owned = Owned::FutexV(v);
+        self.queue(
+            op::futex::waitv(p, n),
+            slot,
+            sqe,
+        )
+    }
+}
+
+/// readv_fixed / writev_fixed: the same op but for its direction.
+macro_rules! vectored_fixed_op {
+    ($(#[doc = $doc:literal])* $name:ident, $read:literal) => {
+        sqe_op! {
+            $(#[doc = $doc])*
+            fn $name(
+                &mut self,
+                fd: &Bound<'_, PyAny>,
+                buf: &Bound<'_, Buffer>,
+                ranges: Vec<(usize, usize)>,
+                #[pyo3(from_py_with = int::i64_offset)] offset: i64,
+            )
+            signature[fd, buf, ranges, offset=-1,][]
+            |user_data, o| self.vectored_fixed(fd, buf, &ranges, offset, $read, user_data, o)
+        }
+    };
+}
+
+vectored_fixed_op! {
+    /// Queue a vectored read (preadv2) into parts of one registered Buffer: `ranges` is
+    /// a list of `(start, length)` within `buf`, filled in order from `offset` (-1: the
+    /// file position). `res` is the bytes read. Kernel 6.15+ (`"readv_fixed" in
+    /// Ring.probe()`).
+    readv_fixed, true
+}
+
+vectored_fixed_op! {
+    /// Queue a vectored write (pwritev2) from parts of one registered Buffer: `ranges`
+    /// as for readv_fixed. Kernel 6.15+.
+    writev_fixed, false
+}
+
+sqe_op! {
+    /// Queue epoll_ctl(2) on the epoll set `epfd` (e.g. `select.epoll().fileno()`):
+    /// `op` is uringkit.EpollOp.ADD/MOD/DEL, `events` a mask of select.EPOLLIN… and
+    /// `data` what epoll_wait reports for `fd` (default: `fd`).
+    fn epoll_ctl(
+        &mut self,
+        epfd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_op)] op: i32,
+        #[pyo3(from_py_with = int::i32_fd)] fd: i32,
+        #[pyo3(from_py_with = int::u32_events)] events: u32,
+        #[pyo3(from_py_with = int::opt_u64_data)] data: Option<u64>,
+    )
+    signature[epfd, op, fd, events=0,][data=None,]
+    |user_data, sqe| {
+        let epfd = fd_arg(epfd, "epfd")?;
+        let ev: Box<[libc::epoll_event]> = Box::new([libc::epoll_event {
+            events,
+            u64: data.unwrap_or(fd as u64),
+        }]);
+        let p = ev.as_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Epoll(ev);
+        self.queue(
+            op::epoll::epoll_ctl(epfd, fd, op, p),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue epoll_wait(2) on `epfd` (kernel 6.15+: `"epoll_wait" in Ring.probe()`): it
+    /// completes when events are ready; `res` is how many and `result` a list of
+    /// `(data, events)` pairs.
+    fn epoll_wait(
+        &mut self,
+        epfd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u32_maxevents)] maxevents: u32,
+    )
+    signature[epfd, maxevents=64,][]
+    |user_data, sqe| {
+        if maxevents == 0 || maxevents > 65536 {
+            return Err(PyValueError::new_err(format!(
+                "maxevents must be between 1 and 65536 (got {maxevents})"
+            )));
+        }
+        let epfd = fd_arg(epfd, "epfd")?;
+        let mut evs: Box<[libc::epoll_event]> =
+            vec![libc::epoll_event { events: 0, u64: 0 }; maxevents as usize].into_boxed_slice();
+        let p = evs.as_mut_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Epoll(evs);
+        self.queue(
+            op::epoll::epoll_wait(epfd, p, maxevents),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue pipe2(2) (kernel 6.16+: `"pipe" in Ring.probe()`): the completion's
+    /// `result` is `(read_fd, write_fd)`, `res` 0. `flags` takes os.O_CLOEXEC,
+    /// os.O_NONBLOCK, os.O_DIRECT (the descriptors are yours to close).
+    fn pipe(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+    )
+    signature[][flags=0,]
+    |user_data, sqe| {
+        let mut fds = Box::new([-1i32; 2]);
+        let p = fds.as_mut_ptr();
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Fds(fds);
+        self.queue(
+            op::fs::pipe(p, flags),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue ftruncate(2) of `fd` to `length` bytes (kernel 6.9+: check `"ftruncate" in
+    /// Ring.probe()`).
+    fn ftruncate(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::u64_length)] length: u64,
+    )
+    signature[fd, length,][]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::fs::ftruncate(fd, length), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue bind(2) of socket `fd` to `address` (as `connect` takes it); kernel 6.11+.
+    fn bind(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        address: &Bound<'_, PyAny>,
+    )
+    signature[fd, address,][]
+    |user_data, sqe| {
+        self.queue_addr(fd, address, user_data, sqe, op::net::bind)
+    }
+}
+
+sqe_op! {
+    /// Queue listen(2) on socket `fd` (kernel 6.11+).
+    fn listen(
+        &mut self,
+        fd: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = int::i32_backlog)] backlog: i32,
+    )
+    signature[fd, backlog=128,][]
+    |user_data, sqe| {
+        let fd = fd_arg(fd, "fd")?;
+        self.queue_plain(op::net::listen(fd, backlog), user_data, sqe)
+    }
+}
+
+sqe_op! {
+    /// Queue the removal of the timeout queued with `user_data == target`: it completes
+    /// with -ECANCELED, this with 0 (or -ENOENT / -EALREADY).
+    fn timeout_remove(
+        &mut self,
+        #[pyo3(from_py_with = int::u64_target)] target: u64,
+    )
+    signature[target,][]
+    |user_data, sqe| {
+        self.queue_on_target(
+            target,
+            io_uring::opcode::Timeout::CODE,
+            op::timeout::timeout_remove,
+            user_data,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue a new expiry for the timeout queued with `user_data == target`: `seconds`
+    /// from now (or an absolute CLOCK_MONOTONIC time with `absolute=True`).
+    fn timeout_update(
+        &mut self,
+        #[pyo3(from_py_with = int::u64_target)] target: u64,
+        seconds: f64,
+        absolute: bool,
+    )
+    signature[target, seconds,][absolute=false,]
+    |user_data, sqe| {
+        check_seconds(seconds)?;
+        let id = self.target_slot(target, io_uring::opcode::Timeout::CODE)?;
+        let ts = Box::new(op::timeout::timespec(seconds));
+        let p = &*ts as *const io_uring::types::Timespec;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::Timespec(ts);
+        self.queue(
+            op::timeout::timeout_update(id, p, absolute),
+            slot,
+            sqe,
+        )
+    }
+}
+
+sqe_op! {
+    /// Queue waitid(2) (kernel 6.7+): completes with 0 when a child matching `idtype` /
+    /// `id` (`os.P_PID`, `os.P_PGID`, `os.P_ALL`, `os.P_PIDFD`) changes state as `options`
+    /// asks (`os.WEXITED`, `os.WSTOPPED`, … | `os.WNOWAIT`); `completion.result` then has
+    /// os.waitid's fields: `si_pid, si_uid, si_signo, si_status, si_code`.
+    fn waitid(
+        &mut self,
+        #[pyo3(from_py_with = int::u32_idtype)] idtype: u32,
+        #[pyo3(from_py_with = int::u32_id)] id: u32,
+        #[pyo3(from_py_with = int::i32_options)] options: i32,
+    )
+    signature[idtype, id, options,][]
+    |user_data, sqe| {
+        // SAFETY: siginfo_t is plain old data; all-zero is a valid (empty) value.
+        let mut info: Box<libc::siginfo_t> = Box::new(unsafe { std::mem::zeroed() });
+        let p = &mut *info as *mut libc::siginfo_t;
+        let mut slot = Slot::new(user_data, 0, Keep::None);
+        slot.owned = Owned::SigInfo(info);
+        self.queue(
+            op::process::waitid(idtype, id, options, p),
+            slot,
+            sqe,
+        )
+    }
 }

@@ -10,6 +10,7 @@ pub mod buf;
 pub mod op;
 pub mod ring;
 pub mod sys;
+pub mod text;
 
 pub use op::FdArg;
 pub use ring::{Done, Ring, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};

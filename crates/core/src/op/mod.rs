@@ -277,6 +277,19 @@ pub struct IoInfo {
     pub buf_group: Option<u16>,
 }
 
+impl IoInfo {
+    /// A plain read/write's I/O: `len` bytes at `addr`, file offset `offset`.
+    pub fn new(fd: Option<i32>, addr: u64, len: u64, offset: u64) -> IoInfo {
+        IoInfo {
+            fd,
+            addr,
+            len,
+            offset,
+            buf_group: None,
+        }
+    }
+}
+
 /// Explain an EINVAL from a read or write: on an O_DIRECT file it is almost always alignment.
 pub fn explain_einval(op_name: &str, info: &IoInfo) -> Option<String> {
     let fd = info.fd?;
