@@ -140,6 +140,40 @@ impl Ring {
     }
 
     /// Queue one entry; `slot.keep` and `slot.owned` hold everything it points to.
+    /// A read into / write from `b` (`what` names it in errors): `(fd, offset, nbytes,
+    /// rw_flags)`. One of this ring's registered Buffers goes as READ_FIXED/WRITE_FIXED
+    /// (no page pinning); any other buffer is held by the slot until the completion.
+    fn queue_rw(
+        &mut self,
+        read: bool,
+        (fd, off, nbytes, rw_flags): (FdArg, u64, Option<usize>, i32),
+        b: &Bound<'_, PyAny>,
+        what: &str,
+        user_data: u64,
+        o: SqeOpts,
+    ) -> PyResult<()> {
+        if let Some((fb, len)) = self.own_buffer(b, nbytes, rw_flags)? {
+            let (ptr, index) = (fb.get().ptr(), fb.get().index);
+            let keep = Keep::Obj(b.clone().unbind());
+            return self.queue_fixed(fd, (ptr, len, index), off, read, keep, user_data, o);
+        }
+        let pb = if read {
+            writable_buffer(b, what)?
+        } else {
+            read_only_buffer(b, what)?
+        };
+        let len = io_len(pb.len_bytes(), nbytes, what)?;
+        let ptr = pb.buf_ptr() as *mut u8;
+        let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
+        slot.io = IoInfo::new(raw_of(fd), ptr as u64, len as u64, off);
+        let e = if read {
+            op::rw::read(fd, ptr, len, off, rw_flags)
+        } else {
+            op::rw::write(fd, ptr, len, off, rw_flags)
+        };
+        self.queue(e, slot, o)
+    }
+
     /// An op that points at no memory of ours: nothing to keep alive.
     fn queue_plain(
         &mut self,
@@ -2092,18 +2126,8 @@ sqe_op! {
                 self.queue(e, slot, o)
             }
             (Some(b), None) => {
-                if let Some((fb, len)) = self.own_buffer(b, nbytes, rw_flags)? {
-                    // one of this ring's registered Buffers: READ_FIXED, no page pinning
-                    let (ptr, index) = (fb.get().ptr(), fb.get().index);
-                    let keep = Keep::Obj(b.clone().unbind());
-                    return self.queue_fixed(fd, (ptr, len, index), off, true, keep, user_data, o);
-                }
-                let pb = writable_buffer(b, "buf")?;
-                let len = io_len(pb.len_bytes(), nbytes, "buf")?;
-                let ptr = pb.buf_ptr() as *mut u8;
-                let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
-                slot.io = IoInfo::new(raw_of(fd), ptr as u64, len as u64, off);
-                self.queue(op::rw::read(fd, ptr, len, off, rw_flags), slot, o)
+                let rw = (fd, off, nbytes, rw_flags);
+                self.queue_rw(true, rw, b, "buf", user_data, o)
             }
         }
     }
@@ -2127,18 +2151,7 @@ sqe_op! {
     |user_data, o| {
         let fd = fd_arg(fd, "fd")?;
         let off = offset_arg(offset)?;
-        if let Some((fb, len)) = self.own_buffer(data, nbytes, rw_flags)? {
-            // one of this ring's registered Buffers: WRITE_FIXED, no page pinning
-            let (ptr, index) = (fb.get().ptr(), fb.get().index);
-            let keep = Keep::Obj(data.clone().unbind());
-            return self.queue_fixed(fd, (ptr, len, index), off, false, keep, user_data, o);
-        }
-        let pb = read_only_buffer(data, "data")?;
-        let len = io_len(pb.len_bytes(), nbytes, "data")?;
-        let ptr = pb.buf_ptr() as *const u8;
-        let mut slot = Slot::new(user_data, 0, Keep::Buf(pb));
-        slot.io = IoInfo::new(raw_of(fd), ptr as u64, len as u64, off);
-        self.queue(op::rw::write(fd, ptr, len, off, rw_flags), slot, o)
+        self.queue_rw(false, (fd, off, nbytes, rw_flags), data, "data", user_data, o)
     }
 }
 
