@@ -2,7 +2,7 @@
 //! design), crash-safe recovery, group commit, hint files and online compaction.
 
 use super::append::Appender;
-use super::index::{Index, Loc, Put, TOMBSTONE};
+use super::index::{Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
 use super::mapped;
 use super::record::{self, Kind, FLAG_BATCH, HEADER};
 use super::snapshot::{self, SnapSeg};
@@ -799,6 +799,12 @@ impl Store {
         let mut good_end = off;
         // single records waiting to be indexed (in order, a chunk at a time)
         let mut ready: Vec<Replayed> = Vec::with_capacity(256);
+        if index.is_mapped() {
+            // The tail after a snapshot goes to the index's overlay: count its records
+            // first (headers only) so that the overlay is sized once instead of doubling
+            // its way up, rehashing every key it holds each time.
+            index.reserve(Self::count_records(&data[off..]).min(OVERLAY_MAX), 0);
+        }
         while off < data.len() {
             let bad = match record::parse_header(&data[off..]) {
                 Ok(h) => {
@@ -937,6 +943,19 @@ impl Store {
             }
             Self::apply(index, key, hashes[j], kind, val_len, r, dead);
         }
+    }
+
+    /// How many whole records `data` starts with (by their headers alone).
+    fn count_records(data: &[u8]) -> usize {
+        let (mut n, mut off) = (0, 0);
+        while let Ok(h) = record::parse_header(&data[off..]) {
+            off += h.total();
+            if off > data.len() {
+                break;
+            }
+            n += 1;
+        }
+        n
     }
 
     /// Index one replayed record; `r` = (segment, offset, seq, record size).
