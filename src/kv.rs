@@ -112,6 +112,22 @@ fn key_arg<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     Ok(k)
 }
 
+/// A write that may wait for a group commit, run with the GIL released — first
+/// releasing one writer whose commit is done to take the GIL now free
+/// ([`Store::relay_one`]): one thread wakes per write, instead of a whole group waking
+/// and all but one going back to sleep on the GIL.
+fn relayed<T: Send>(
+    py: Python<'_>,
+    s: &Store,
+    write: impl FnOnce() -> std::io::Result<T> + Send,
+) -> PyResult<T> {
+    py.detach(|| {
+        s.relay_one();
+        write()
+    })
+    .map_err(kv_err)
+}
+
 /// The native store. Use `uringkit.kv.open()`.
 #[pyclass(module = "uringkit._native", frozen)]
 pub struct KvStore {
@@ -189,6 +205,9 @@ impl KvStore {
             direct,
             index_snapshot,
             warm,
+            // Python threads hold the GIL whenever they are not waiting: relay wake-ups
+            // (see Store::relay_one; URINGKIT_KV_RELAY=0 wakes a whole group at once)
+            relay: std::env::var("URINGKIT_KV_RELAY").map_or(true, |v| v != "0"),
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_flusher(&store);
@@ -212,7 +231,7 @@ impl KvStore {
         {
             return Ok(());
         }
-        py.detach(|| s.put(k, v)).map_err(kv_err)
+        relayed(py, &s, || s.put(k, v))
     }
 
     /// The value of `key`, or None.
@@ -251,7 +270,7 @@ impl KvStore {
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let s = self.store()?;
         let k = bytes_arg(key, "key")?;
-        py.detach(|| s.delete(k)).map_err(kv_err)
+        relayed(py, &s, || s.delete(k))
     }
 
     /// Values for many keys (None for missing ones), in order.
@@ -285,7 +304,7 @@ impl KvStore {
         if s.write_nonblocking(&refs, true).map_err(kv_err)? {
             return Ok(());
         }
-        py.detach(|| s.batch(&refs)).map_err(kv_err)
+        relayed(py, &s, || s.batch(&refs))
     }
 
     /// Queue ops for writing without waiting (durability="sync": made durable by
@@ -339,7 +358,7 @@ impl KvStore {
     /// Block (GIL released) until `ticket` is durable, leading a group if nobody is.
     fn wait_ticket(&self, py: Python<'_>, ticket: u64) -> PyResult<()> {
         let s = self.store()?;
-        py.detach(|| s.wait_ticket(ticket)).map_err(kv_err)
+        relayed(py, &s, || s.wait_ticket(ticket))
     }
 
     fn contains(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {

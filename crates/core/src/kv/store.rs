@@ -12,7 +12,7 @@ use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,10 @@ pub struct Options {
     /// multi_get finds values missing from it, when they fit in a quarter of the
     /// memory available (see `Store::warm_up`).
     pub warm: bool,
+    /// Relayed wake-ups for durable writers that hold a process-wide lock whenever they
+    /// are not waiting (Python's GIL): see [`Store::relay_one`]. Off: a group commit
+    /// wakes all of its waiters at once.
+    pub relay: bool,
 }
 
 impl Default for Options {
@@ -55,6 +59,7 @@ impl Default for Options {
             direct: false,
             index_snapshot: true,
             warm: true,
+            relay: false,
         }
     }
 }
@@ -288,7 +293,32 @@ struct Commit {
     inflight: Option<Inflight>,
     /// its records, for an O_DIRECT store (the caller writes a block image of them)
     inflight_data: Vec<u8>,
+    /// relay mode: writers waiting for their ticket, and writers whose ticket is done
+    /// waiting to be released (oldest first; see `Store::relay_one`)
+    parked: Vec<Parked>,
+    ready: std::collections::VecDeque<Parked>,
 }
+
+/// A writer parked in relay mode (see [`Store::relay_one`]).
+struct Parked {
+    ticket: u64,
+    thread: std::thread::Thread,
+    /// set (before the unpark) when the writer is to go: released, or to lead
+    go: Arc<AtomicBool>,
+}
+
+impl Parked {
+    fn wake(self) {
+        self.go.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// How long a relay-mode writer whose ticket is done waits to be released before it
+/// goes anyway (a bound for when no other writer comes to release it).
+const RELAY_PATIENCE: Duration = Duration::from_millis(2);
+/// How many groups in a row a relay-mode writer leads before handing the lead on.
+const RELAY_LEAD_ROUNDS: u32 = 8;
 
 struct Inflight {
     group: Vec<Pending>,
@@ -351,6 +381,8 @@ pub struct Store {
     warm_stop: Arc<AtomicBool>,
     /// Segment bytes the warm-up thread has faulted in so far (stats).
     warmed: Arc<AtomicU64>,
+    /// `Commit::ready.len()`, read without the lock by `relay_one`.
+    ready_len: AtomicUsize,
     pub recovery: Recovery,
 }
 
@@ -720,6 +752,8 @@ impl Store {
                 undo: Vec::new(),
                 inflight: None,
                 inflight_data: Vec::new(),
+                parked: Vec::new(),
+                ready: std::collections::VecDeque::new(),
             }),
             flushed: AtomicU64::new(act_size),
             loaded,
@@ -729,6 +763,7 @@ impl Store {
             warm_running: AtomicBool::new(false),
             warm_stop: Arc::new(AtomicBool::new(false)),
             warmed: Arc::new(AtomicU64::new(0)),
+            ready_len: AtomicUsize::new(0),
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
             reader: Mutex::new(None),
@@ -1187,6 +1222,9 @@ impl Store {
         mut c: std::sync::MutexGuard<'a, Commit>,
         ticket: u64,
     ) -> io::Result<()> {
+        // groups this writer has led (relay mode: it leads the next while writers keep
+        // coming, up to RELAY_LEAD_ROUNDS, instead of becoming a second runnable writer)
+        let mut led = 0;
         loop {
             if c.done_ticket >= ticket {
                 if let Some((_, _, msg)) = c
@@ -1196,50 +1234,143 @@ impl Store {
                 {
                     return Err(io::Error::other(msg.clone()));
                 }
-                return Ok(());
+                if !self.opts.relay || led == 0 || c.pending.is_empty() || c.leader {
+                    return Ok(());
+                }
+                // Relay mode, after leading, with writers queued meanwhile (so another
+                // writer is running): lead their group too, or after enough rounds hand
+                // the lead to one of them and wait to be released like the others.
+                if led >= RELAY_LEAD_ROUNDS {
+                    self.hand_lead(&mut c);
+                    let go = self.park(&mut c, ticket, true);
+                    drop(c);
+                    self.wait_parked(&go, ticket);
+                    return Ok(());
+                }
             }
             if !c.leader {
-                c.leader = true;
-                let group = std::mem::take(&mut c.pending);
-                let mut app = c.appender.take().expect("appender");
-                let off = c.write_off;
-                let now = Instant::now();
-                let total: u64 = group.iter().map(|g| g.bytes.len() as u64).sum();
-                let sync = match self.opts.durability {
-                    Durability::Sync => true,
-                    Durability::None => false,
-                    Durability::Batch { ms, bytes } => {
-                        now.duration_since(c.last_sync) >= Duration::from_millis(ms)
-                            || c.unsynced + total >= bytes
-                    }
-                };
-                drop(c);
-                let res = self.write_group(&group, &mut app, off, sync);
-                c = self.commit.lock().expect("commit");
-                c.appender = Some(app);
-                let first = group.first().map(|g| g.ticket).unwrap_or(ticket);
-                let last = group.last().map(|g| g.ticket).unwrap_or(ticket);
-                match res {
-                    Ok(new_off) => {
-                        if sync {
-                            self.group_commits.fetch_add(1, Ordering::Relaxed);
-                        }
-                        c.write_off = new_off;
-                        self.flushed.store(new_off, Ordering::Release);
-                        if sync {
-                            c.unsynced = 0;
-                            c.last_sync = now;
-                        } else {
-                            c.unsynced += total;
-                        }
-                    }
-                    Err(e) => Self::record_failure(&mut c, first, last, &e),
-                }
-                self.settle(&mut c, last);
+                led += 1;
+                c = self.lead_group(c, ticket);
                 continue;
             }
-            c = self.commit_cv.wait(c).expect("commit wait");
+            if !self.opts.relay {
+                c = self.commit_cv.wait(c).expect("commit wait");
+                continue;
+            }
+            let go = self.park(&mut c, ticket, false);
+            drop(c);
+            self.wait_parked(&go, ticket);
+            c = self.commit.lock().expect("commit");
         }
+    }
+
+    /// Write (and, as the durability says, sync) everything queued as one group, as its
+    /// leader; returns with the lock held again and the group settled.
+    fn lead_group<'a>(
+        &'a self,
+        mut c: std::sync::MutexGuard<'a, Commit>,
+        ticket: u64,
+    ) -> std::sync::MutexGuard<'a, Commit> {
+        c.leader = true;
+        let group = std::mem::take(&mut c.pending);
+        let mut app = c.appender.take().expect("appender");
+        let off = c.write_off;
+        let now = Instant::now();
+        let total: u64 = group.iter().map(|g| g.bytes.len() as u64).sum();
+        let sync = match self.opts.durability {
+            Durability::Sync => true,
+            Durability::None => false,
+            Durability::Batch { ms, bytes } => {
+                now.duration_since(c.last_sync) >= Duration::from_millis(ms)
+                    || c.unsynced + total >= bytes
+            }
+        };
+        drop(c);
+        let res = self.write_group(&group, &mut app, off, sync);
+        let mut c = self.commit.lock().expect("commit");
+        c.appender = Some(app);
+        let first = group.first().map(|g| g.ticket).unwrap_or(ticket);
+        let last = group.last().map(|g| g.ticket).unwrap_or(ticket);
+        match res {
+            Ok(new_off) => {
+                if sync {
+                    self.group_commits.fetch_add(1, Ordering::Relaxed);
+                }
+                c.write_off = new_off;
+                self.flushed.store(new_off, Ordering::Release);
+                if sync {
+                    c.unsynced = 0;
+                    c.last_sync = now;
+                } else {
+                    c.unsynced += total;
+                }
+            }
+            Err(e) => Self::record_failure(&mut c, first, last, &e),
+        }
+        c.done_ticket = c.done_ticket.max(last);
+        c.leader = false;
+        self.commit_cv.notify_all();
+        self.ready_parked(&mut c);
+        // (relay mode: this writer leads the next group itself, or hands the lead on)
+        c
+    }
+
+    /// Relay mode: a parked writer to go on waiting for its ticket (`done`: it is done;
+    /// the writer waits for its release), parked until `go` is set.
+    fn park(&self, c: &mut Commit, ticket: u64, done: bool) -> Arc<AtomicBool> {
+        let go = Arc::new(AtomicBool::new(false));
+        let p = Parked {
+            ticket,
+            thread: std::thread::current(),
+            go: go.clone(),
+        };
+        if done {
+            c.ready.push_back(p);
+            self.ready_len.store(c.ready.len(), Ordering::Relaxed);
+        } else {
+            c.parked.push(p);
+        }
+        go
+    }
+
+    /// Relay mode: sleep until released (`go`), or — when nobody releases this writer —
+    /// until its ticket is done and `RELAY_PATIENCE` has passed, or nobody leads.
+    fn wait_parked(&self, go: &Arc<AtomicBool>, ticket: u64) {
+        loop {
+            std::thread::park_timeout(RELAY_PATIENCE);
+            if go.load(Ordering::Acquire) {
+                return;
+            }
+            let mut c = self.commit.lock().expect("commit");
+            if c.done_ticket >= ticket || !c.leader {
+                let mine = |p: &Parked| Arc::ptr_eq(&p.go, go);
+                c.parked.retain(|p| !mine(p));
+                c.ready.retain(|p| !mine(p));
+                self.ready_len.store(c.ready.len(), Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+
+    /// Relay mode: wake one writer still waiting for its ticket to lead the group queued.
+    fn hand_lead(&self, c: &mut Commit) {
+        if let Some(i) = (0..c.parked.len()).min_by_key(|&i| c.parked[i].ticket) {
+            c.parked.swap_remove(i).wake();
+        }
+    }
+
+    /// Relay mode: writers parked for a ticket now done wait to be released instead.
+    fn ready_parked(&self, c: &mut Commit) {
+        if c.parked.is_empty() {
+            return;
+        }
+        let done = c.done_ticket;
+        let (mut now_ready, waiting): (Vec<Parked>, Vec<Parked>) =
+            c.parked.drain(..).partition(|p| p.ticket <= done);
+        now_ready.sort_unstable_by_key(|p| p.ticket);
+        c.ready.extend(now_ready);
+        c.parked = waiting;
+        self.ready_len.store(c.ready.len(), Ordering::Relaxed);
     }
 
     // ----- group commit driven by an event loop ----------------------------------------
@@ -1436,6 +1567,31 @@ impl Store {
         c.done_ticket = c.done_ticket.max(last);
         c.leader = false;
         self.commit_cv.notify_all();
+        // (relay mode: done writers wait for their release; one that still waits leads
+        // whatever was queued meanwhile)
+        self.ready_parked(c);
+        if !c.pending.is_empty() {
+            self.hand_lead(c);
+        }
+    }
+
+    /// Relay mode ([`Options::relay`]): release the writer that has waited longest since
+    /// its group commit completed. Call it when about to wait (or otherwise let the
+    /// process-wide lock go): exactly one released writer then takes the lock, instead of
+    /// every writer of a group waking at once and all but one going back to sleep on the
+    /// lock — one wake-up per write instead of two. A writer nobody releases goes on its
+    /// own after `RELAY_PATIENCE`.
+    pub fn relay_one(&self) {
+        if self.ready_len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut c = self.commit.lock().expect("commit");
+        let p = c.ready.pop_front();
+        self.ready_len.store(c.ready.len(), Ordering::Relaxed);
+        drop(c);
+        if let Some(p) = p {
+            p.wake();
+        }
     }
 
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
@@ -2926,6 +3082,77 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(s.len(), 800);
+    }
+
+    /// Relay mode as Python uses it: each thread holds a process-wide lock (the GIL)
+    /// except while in the store, and releases a writer on its way in. Threads stop at
+    /// different times, so that some writers' groups complete with nobody left to release
+    /// them (they go on their own). Every put is there afterwards, and groups were shared.
+    #[test]
+    fn relayed_writers_under_a_global_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let o = Options {
+            relay: true,
+            ..opts()
+        };
+        let s = Arc::new(Store::open(d.path(), o).unwrap());
+        let gil = Arc::new(Mutex::new(()));
+        let hs: Vec<_> = (0..16)
+            .map(|t| {
+                let (s, gil) = (s.clone(), gil.clone());
+                std::thread::spawn(move || {
+                    let mut held = Some(gil.lock().unwrap());
+                    for i in 0..20 + 10 * t {
+                        drop(held.take());
+                        s.relay_one();
+                        s.put(format!("t{t}-{i}").as_bytes(), &[t as u8; 9])
+                            .unwrap();
+                        held = Some(gil.lock().unwrap());
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let n: usize = (0..16).map(|t| 20 + 10 * t).sum();
+        assert_eq!(s.len(), n);
+        for t in 0..16 {
+            let last = format!("t{t}-{}", 19 + 10 * t);
+            assert_eq!(s.get(last.as_bytes()).unwrap().unwrap(), [t as u8; 9]);
+        }
+        let commits = s.group_commits.load(Ordering::Relaxed);
+        assert!(commits < n as u64, "{commits} group commits for {n} puts");
+        let c = s.commit.lock().unwrap();
+        assert!(c.parked.is_empty() && c.ready.is_empty());
+    }
+
+    /// Relay mode with nobody releasing anyone: writers whose commit is done go on their
+    /// own after RELAY_PATIENCE.
+    #[test]
+    fn relayed_writers_nobody_releases() {
+        let d = tempfile::tempdir().unwrap();
+        let o = Options {
+            relay: true,
+            ..opts()
+        };
+        let s = Arc::new(Store::open(d.path(), o).unwrap());
+        let start = Arc::new(std::sync::Barrier::new(8));
+        let hs: Vec<_> = (0..8)
+            .map(|t| {
+                let (s, start) = (s.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    for i in 0..3 {
+                        s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(s.len(), 24);
     }
 
     #[test]
