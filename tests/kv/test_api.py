@@ -244,13 +244,20 @@ def test_second_writer_refused_across_processes(tmp_path: Path) -> None:
     assert out.stdout == ""  # free again once the first writer is gone
 
 
-def test_concurrent_writer_threads_share_syncs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("relay", ["1", "0"])
+def test_concurrent_writer_threads_share_syncs(
+    tmp_path: Path, relay: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable puts from 16 threads, with relayed wake-ups (the default: a finished
+    group's writers released one at a time) and without (URINGKIT_KV_RELAY=0)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    monkeypatch.setenv("URINGKIT_KV_RELAY", relay)
     with kv.open(tmp_path / "db") as db:
         with ThreadPoolExecutor(16) as ex:
             list(ex.map(lambda i: db.put(b"k%d" % i, b"v"), range(800)))
         assert len(db) == 800
+        assert db.multi_get([b"k%d" % i for i in range(800)]) == [b"v"] * 800
         st = db.stats()
         assert st["write_syscalls"] < 800  # group commit: fewer writes than puts
 
