@@ -418,6 +418,8 @@ def test_direct_io_appends(tmp_path: Path, durability: str) -> None:
     model: dict[bytes, bytes | None] = {}
     with db:
         assert db.stats()["direct"] == 1
+        # through io_uring (WRITE_FIXED to the registered O_DIRECT descriptor)
+        assert db.stats()["io_uring"] == 1
         assert any(x.endswith(".seg") for x in _direct_fds())  # really O_DIRECT
         for i in range(1500):  # odd sizes: records straddle blocks; several segments
             k, v = b"k%d" % (i % 700), bytes([i % 251]) * (i % 333 + 1)

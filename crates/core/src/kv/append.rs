@@ -1,8 +1,10 @@
-//! Appending to the active segment. O_DIRECT appends go through io_uring from a registered
-//! staging buffer to the segment as a registered (fixed) file, each write linked to an
-//! fdatasync when the store is durable (they complete inline). Buffered appends are plain
-//! pwrite/fdatasync: io_uring would hand them to a worker thread (see `Appender::append`).
-//! (The async API writes its group commits on the event loop's ring instead, so the loop
+//! Appending to the active segment. O_DIRECT appends go through io_uring: WRITE_FIXED from
+//! a registered staging buffer to the segment's O_DIRECT descriptor as a registered
+//! (fixed) file; they complete inline. A durable append then calls fdatasync itself: an
+//! FSYNC through the ring always goes to an io-wq worker, a hop a thread that waits for
+//! it pays for nothing. Buffered appends are plain pwrite/fdatasync: io_uring would hand
+//! them to a worker thread too (see `Appender::append`). (The async API writes its group
+//! commits on the event loop's ring instead — one WRITE linked to one FSYNC, so the loop
 //! never blocks: `Store::lead_async`.)
 
 use crate::buf::AlignedBuf;
@@ -81,14 +83,18 @@ impl Appender {
     ) -> io::Result<Appender> {
         // The ring serves O_DIRECT appends (they complete inline, from the registered
         // staging buffer); buffered ones are plain system calls (see `append`).
-        let ring = if want_uring && direct {
-            Self::setup(fd).ok()
+        let dfd = if direct {
+            Some(Direct::open(fd)?)
         } else {
             None
         };
-        let direct = if direct {
+        let ring = match dfd {
+            Some(dfd) if want_uring => Self::setup(dfd).ok(),
+            _ => None,
+        };
+        let direct = if let Some(dfd) = dfd {
             Some(Direct {
-                fd: Direct::open(fd)?,
+                fd: dfd,
                 tail_at: 0,
                 tail: Vec::new(),
                 buf: if ring.is_some() {
@@ -161,7 +167,9 @@ impl Appender {
         }
     }
 
-    fn setup(fd: i32) -> io::Result<(IoUring, AlignedBuf)> {
+    /// A ring for O_DIRECT appends to `dfd` (registered as fixed file 0) from a registered
+    /// staging buffer.
+    fn setup(dfd: i32) -> io::Result<(IoUring, AlignedBuf)> {
         let ring = IoUring::builder().build(8)?;
         let buf = AlignedBuf::new(STAGING)?;
         let iov = [libc::iovec {
@@ -171,7 +179,7 @@ impl Appender {
         // SAFETY: the staging buffer lives in the same struct as the ring and is dropped
         // after it (field order of the tuple: ring first).
         unsafe { ring.submitter().register_buffers(&iov)? };
-        ring.submitter().register_files(&[fd])?;
+        ring.submitter().register_files(&[dfd])?;
         Ok((ring, buf))
     }
 
@@ -184,12 +192,12 @@ impl Appender {
             d.fd = nd;
             d.tail_at = 0;
             d.tail.clear();
+            if let Some((ring, _)) = &self.ring {
+                ring.submitter().register_files_update(0, &[nd])?;
+            }
         }
         self.fd = fd;
         self.filled = 0;
-        if let Some((ring, _)) = &self.ring {
-            ring.submitter().register_files_update(0, &[fd])?;
-        }
         Ok(())
     }
 
@@ -306,7 +314,8 @@ impl Appender {
             };
             let res = match self.ring.as_mut() {
                 Some((ring, _)) => {
-                    let w = opcode::WriteFixed::new(types::Fd(d.fd), ptr, padded as u32, 0)
+                    // (fixed file 0 is d.fd: registered at setup and on each set_fd)
+                    let w = opcode::WriteFixed::new(types::Fixed(0), ptr, padded as u32, 0)
                         .offset(at)
                         .build()
                         .user_data(3);
