@@ -15,6 +15,7 @@ fn kv_err(e: std::io::Error) -> PyErr {
         K::WouldBlock => Some(libc::EAGAIN),
         K::StorageFull => Some(libc::ENOSPC),
         K::InvalidData => Some(libc::EIO),
+        K::PermissionDenied => Some(libc::EPERM),
         _ => None,
     });
     match (e.kind(), code) {
@@ -162,7 +163,7 @@ impl KvStore {
     #[new]
     #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
         repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true,
-        warm=true))]
+        warm=true, sqpoll=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -177,6 +178,7 @@ impl KvStore {
         direct: bool,
         index_snapshot: bool,
         warm: bool,
+        sqpoll: bool,
     ) -> PyResult<Self> {
         let durability = match durability {
             "sync" => Durability::Sync,
@@ -208,6 +210,7 @@ impl KvStore {
             // Python threads hold the GIL whenever they are not waiting: relay wake-ups
             // (see Store::relay_one; URINGKIT_KV_RELAY=0 wakes a whole group at once)
             relay: std::env::var("URINGKIT_KV_RELAY").map_or(true, |v| v != "0"),
+            sqpoll,
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_flusher(&store);

@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -744,3 +745,90 @@ def test_writes_over_a_mapped_index(tmp_path: Path) -> None:
     with kv.open(p) as db:
         assert dict(db.items()) == want
         assert db.check()[1] == []
+
+
+def _sq_threads() -> list[str]:
+    """This process's SQPOLL kernel threads (`iou-sqp-<pid>`)."""
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm.startswith("iou-sqp"):
+            out.append(comm)
+    return out
+
+
+def test_sqpoll_direct_appends(tmp_path: Path) -> None:
+    """direct=True, sqpoll=True (seed 003's configuration): O_DIRECT appends through a
+    ring with a real kernel polling thread, across segment rolls; the data reads back
+    after reopening without it."""
+    p = tmp_path / "db"
+    before = len(_sq_threads())
+    try:
+        db = kv.open(p, direct=True, sqpoll=True, segment_size=16 << 10)
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT or no SQPOLL here: {e}")
+    model: dict[bytes, bytes | None] = {}
+    with db:
+        assert db.stats()["io_uring"] == 1 and db.stats()["direct"] == 1
+        assert len(_sq_threads()) == before + 1  # the store's own poller
+        for i in range(600):
+            k, v = b"k%d" % (i % 250), bytes([i % 251]) * (i % 300 + 1)
+            db.put(k, v)
+            model[k] = v
+            if i % 50 == 0:
+                db.delete(b"k%d" % (i % 7))
+                model[b"k%d" % (i % 7)] = None
+        db.write([(b"w%d" % i, b"x" * i) for i in range(1, 40)])
+        model.update({b"w%d" % i: b"x" * i for i in range(1, 40)})
+        assert db.stats()["segments"] > 2
+        keys = list(model)
+        assert db.multi_get(keys) == [model[k] for k in keys]
+    for _ in range(100):  # closing ends it (the kernel tears a ring down asynchronously)
+        if len(_sq_threads()) == before:
+            break
+        time.sleep(0.05)
+    assert len(_sq_threads()) == before, _sq_threads()
+    with kv.open(p) as db:
+        assert db.multi_get(keys) == [model[k] for k in keys]
+
+
+def test_sqpoll_needs_direct(tmp_path: Path) -> None:
+    for direct, io_uring in ((False, True), (True, False)):
+        with pytest.raises(ValueError, match="sqpoll=True needs direct=True"):
+            kv.open(tmp_path / "db", sqpoll=True, direct=direct, io_uring=io_uring)
+    assert not (tmp_path / "db").exists()  # refused before anything was created
+
+
+SQPOLL_BLOCKED = r"""
+import sys
+from uringkit.testing import block_io_uring
+block_io_uring()
+from uringkit import kv
+try:
+    kv.open(sys.argv[1], direct=True, sqpoll=True)
+    print("opened")
+except OSError as e:
+    print(type(e).__name__, e.errno, e)
+with kv.open(sys.argv[1], direct=True) as db:  # plain O_DIRECT appends still work
+    db.put(b"k", b"v")
+    print(db.get(b"k"), db.stats()["io_uring"])
+"""
+
+
+def test_sqpoll_refused_where_io_uring_is_blocked(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    try:
+        kv.open(tmp_path / "probe", direct=True).close()
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT here: {e}")
+    out = subprocess.run(
+        [sys.executable, "-c", SQPOLL_BLOCKED, str(p)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.splitlines()
+    assert first.startswith("PermissionError 1 ") and "refused an SQPOLL ring" in first, first
+    assert second == "b'v' 0"  # appended with plain pwrite: no ring in this process

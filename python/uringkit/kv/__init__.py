@@ -309,6 +309,7 @@ def open(  # noqa: A001
     direct: bool = False,
     index_snapshot: bool = True,
     warm: bool = True,
+    sqpoll: bool = False,
 ) -> DB:
     """Open (or create) the store in directory `path`.
 
@@ -328,6 +329,14 @@ def open(  # noqa: A001
     from threads always are: io_uring would hand buffered writes and fsyncs to a worker
     thread, 20-35 % slower for a caller that waits anyway; the async API writes its
     groups on the event loop's ring so the loop never blocks).
+
+    `sqpoll=True` (with `direct=True`): the O_DIRECT appends go through a ring with a
+    kernel submission-queue polling thread (seed 003's configuration), so submitting an
+    append needs no system call while that thread is awake (it sleeps after 100 ms
+    without appends). The thread spins on a CPU of its own while awake: worth it only with
+    a core to spare (see docs/sqpoll.md). A kernel or container that refuses SQPOLL
+    raises OSError saying so; without `direct=True` (or with `io_uring=False`) it is a
+    ValueError: buffered appends never go through a ring.
 
     Closing writes the whole index to `INDEX` (about 46 MB and ~60 ms per million
     16-byte keys) so that the next open maps it instead of rebuilding it (~20-40 ms
@@ -355,6 +364,7 @@ def open(  # noqa: A001
         direct=direct,
         index_snapshot=index_snapshot,
         warm=warm,
+        sqpoll=sqpoll,
     )
     return DB(store, p)
 

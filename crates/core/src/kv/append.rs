@@ -12,6 +12,9 @@ use io_uring::{opcode, types, IoUring};
 use std::io;
 
 const STAGING: usize = 1 << 20;
+/// An SQPOLL appender's kernel thread sleeps after this long without a submission (the
+/// next append wakes it with one system call).
+pub const SQPOLL_IDLE_MS: u32 = 100;
 /// The active segment is zero-filled ahead of the writes in steps of this size: appends
 /// then land inside the file's size on already-written blocks, so each fdatasync flushes
 /// data only — no journal commit for a size or extent change per durable put.
@@ -74,12 +77,16 @@ impl Appender {
     /// `size`: the file's current (recovered) size. `prefill`: zero-fill ahead (worth it
     /// for durable appends only: non-durable ones never wait for an fdatasync).
     /// `direct`: write with O_DIRECT (whole aligned blocks, bypassing the page cache).
+    /// `sqpoll` (with `direct` and `want_uring`; ignored otherwise — `Store::open`
+    /// refuses that combination): the ring gets a kernel polling thread, and unlike a
+    /// plain ring, failing to set it up is an error (it was asked for).
     pub fn new(
         fd: i32,
         want_uring: bool,
         size: u64,
         prefill: bool,
         direct: bool,
+        sqpoll: bool,
     ) -> io::Result<Appender> {
         // The ring serves O_DIRECT appends (they complete inline, from the registered
         // staging buffer); buffered ones are plain system calls (see `append`).
@@ -89,7 +96,21 @@ impl Appender {
             None
         };
         let ring = match dfd {
-            Some(dfd) if want_uring => Self::setup(dfd).ok(),
+            Some(dfd) if sqpoll && want_uring => match Self::setup(dfd, true) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    // SAFETY: the O_DIRECT fd was opened above and is not shared yet.
+                    unsafe { libc::close(dfd) };
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "sqpoll=True: the kernel refused an SQPOLL ring ({e}); open \
+                             without sqpoll (see docs/sqpoll.md)"
+                        ),
+                    ));
+                }
+            },
+            Some(dfd) if want_uring => Self::setup(dfd, false).ok(),
             _ => None,
         };
         let direct = if let Some(dfd) = dfd {
@@ -169,8 +190,12 @@ impl Appender {
 
     /// A ring for O_DIRECT appends to `dfd` (registered as fixed file 0) from a registered
     /// staging buffer.
-    fn setup(dfd: i32) -> io::Result<(IoUring, AlignedBuf)> {
-        let ring = IoUring::builder().build(8)?;
+    fn setup(dfd: i32, sqpoll: bool) -> io::Result<(IoUring, AlignedBuf)> {
+        let mut b = IoUring::builder();
+        if sqpoll {
+            b.setup_sqpoll(SQPOLL_IDLE_MS);
+        }
+        let ring = b.build(8)?;
         let buf = AlignedBuf::new(STAGING)?;
         let iov = [libc::iovec {
             iov_base: buf.as_ptr().cast(),

@@ -46,6 +46,10 @@ pub struct Options {
     /// are not waiting (Python's GIL): see [`Store::relay_one`]. Off: a group commit
     /// wakes all of its waiters at once.
     pub relay: bool,
+    /// O_DIRECT appends through a ring with a kernel submission-queue polling thread
+    /// (IORING_SETUP_SQPOLL): submitting an append is a store to shared memory, no
+    /// system call, while the thread is awake (it sleeps after `SQPOLL_IDLE_MS` idle).
+    pub sqpoll: bool,
 }
 
 impl Default for Options {
@@ -60,6 +64,7 @@ impl Default for Options {
             index_snapshot: true,
             warm: true,
             relay: false,
+            sqpoll: false,
         }
     }
 }
@@ -552,6 +557,14 @@ impl Store {
                 ),
             ));
         }
+        if opts.sqpoll && !(opts.direct && opts.use_uring) {
+            return Err(err(
+                io::ErrorKind::InvalidInput,
+                "sqpoll=True needs direct=True and io_uring=True: only O_DIRECT appends go \
+                 through a ring (buffered ones are plain system calls)"
+                    .into(),
+            ));
+        }
         if !dir.exists() {
             if !opts.create {
                 return Err(err(
@@ -714,6 +727,7 @@ impl Store {
             act_size0,
             opts.durability == Durability::Sync,
             opts.direct,
+            opts.sqpoll,
         ) {
             Ok(a) => a,
             Err(e) => {
