@@ -69,10 +69,15 @@ class Xkv(Peer):
     name = "xkv"
     #: `--direct`: durable workloads append with O_DIRECT (kv.open(direct=True))
     direct_durable = False
+    #: `--sqpoll`: ... through a ring with an SQPOLL poller (implies --direct)
+    sqpoll_durable = False
 
     def open(self, path: str, durable: bool) -> None:
-        direct = durable and self.direct_durable
-        self.db = kv_open(path, durability="sync" if durable else "none", direct=direct)
+        direct = durable and (self.direct_durable or self.sqpoll_durable)
+        sqpoll = durable and self.sqpoll_durable
+        self.db = kv_open(
+            path, durability="sync" if durable else "none", direct=direct, sqpoll=sqpoll
+        )
 
     def put(self, k: bytes, v: bytes) -> None:
         self.db.put(k, v)
@@ -296,6 +301,7 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
     keys = [b"%016d" % i for i in range(n_load)]
     val = os.urandom(100)
     rows: dict[str, dict[str, float]] = {}
+    os.makedirs(directory, exist_ok=True)  # (--dir may name a directory to create)
     base = tempfile.mkdtemp(prefix="uringkit-kv-bench-", dir=directory)
 
     def rec(workload: str, peer: str, value: float) -> None:
@@ -647,8 +653,14 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="xkv's durable workloads open the store with direct=True (O_DIRECT appends)",
     )
+    ap.add_argument(
+        "--sqpoll",
+        action="store_true",
+        help="as --direct, through a ring with an SQPOLL poller (seed 003's configuration)",
+    )
     a = ap.parse_args(argv)
     Xkv.direct_durable = a.direct
+    Xkv.sqpoll_durable = a.sqpoll
     con = Console(width=None if sys.stdout.isatty() else 150)
     rows = run(a.dir, a.quick, con, a.only)
     table(con, rows)
