@@ -178,6 +178,9 @@ impl Arena {
 
     /// Append `[u32 len][key]` at a 4-byte boundary; returns its position.
     fn push(&mut self, key: &[u8]) -> usize {
+        if self.tail.capacity() - self.tail.len() < key.len() + 7 {
+            self.reserve(key.len() + 7);
+        }
         while !self.len().is_multiple_of(4) {
             self.tail.push(0);
         }
@@ -186,6 +189,16 @@ impl Arena {
             .extend_from_slice(&(key.len() as u32).to_le_bytes());
         self.tail.extend_from_slice(key);
         at
+    }
+
+    /// Room for `more` bytes. A growing arena moves (doubling): the copy it leaves
+    /// behind is handed back to the system once it is large.
+    fn reserve(&mut self, more: usize) {
+        let cap = self.tail.capacity();
+        self.tail.reserve(more);
+        if self.tail.capacity() != cap && cap >= 1 << 20 {
+            super::table::release_free_memory();
+        }
     }
 
     fn bytes_used(&self) -> usize {
@@ -293,7 +306,7 @@ impl Index {
             |e| hasher.hash_one(ar.key(e.at())),
             |e| super::table::prefetch(ar.ptr_at(e.at())),
         );
-        self.arena.tail.reserve(arena);
+        self.arena.reserve(arena);
     }
 
     fn key_at(arena: &Arena, at: u64) -> &[u8] {
