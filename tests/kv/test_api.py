@@ -364,6 +364,31 @@ def test_disk_full_leaves_store_readable(small_fs: Path) -> None:
         assert db.recovery["torn_bytes"] == 0
 
 
+def test_disk_full_with_buffered_writes_takes_them_back(small_fs: Path) -> None:
+    """durability="none": when writing the buffer fails, every buffered record is taken
+    out of the index again — rewrites show the value on disk, new keys are absent,
+    deletes are undone — and the store stays consistent and reopens cleanly."""
+    p = small_fs / "db"
+    with kv.open(p, durability="none") as db:
+        db.write([(b"keep%d" % i, b"safe%d" % i) for i in range(50)])
+        db.sync()
+        on_disk = len(db)
+        with pytest.raises(OSError) as ei:
+            for i in range(100):
+                db.write(
+                    [(b"keep%d" % j, b"new") for j in range(10)]
+                    + [(b"keep%d" % (10 + i % 40), None), (b"fresh%d" % i, b"y" * 30_000)]
+                )
+        assert "No space left" in str(ei.value)
+        assert [db.get(b"keep%d" % i) for i in range(50)] == [b"safe%d" % i for i in range(50)]
+        assert db.multi_get([b"fresh%d" % i for i in range(100)]) == [None] * 100
+        assert len(db) == on_disk == 50
+        assert db.check()[1] == []
+    with kv.open(p) as db:
+        assert [db.get(b"keep%d" % i) for i in range(50)] == [b"safe%d" % i for i in range(50)]
+        assert len(db) == 50 and db.recovery["torn_bytes"] == 0
+
+
 @pytest.mark.parametrize("batch_ms", [30, None])
 def test_batch_durability_syncs_on_time_without_more_writes(
     tmp_path: Path, batch_ms: int | None

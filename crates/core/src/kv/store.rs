@@ -293,7 +293,7 @@ struct Commit {
     /// durability "none"/"batch": records not yet handed to the kernel (they start at
     /// `write_off`), and how to undo their index updates if writing them fails
     wbuf: Vec<u8>,
-    undo: Vec<(Vec<u8>, Option<Loc>)>,
+    undo: Vec<Undo>,
     /// the group an event loop is writing (between lead_async and finish_async)
     inflight: Option<Inflight>,
     /// its records, for an O_DIRECT store (the caller writes a block image of them)
@@ -348,11 +348,17 @@ pub struct Lead {
 struct Pending {
     ticket: u64,
     bytes: Vec<u8>,
-    /// (key length, kind, val_len, offset of the record within `bytes`); the key itself is
-    /// read back from the encoded record (no copy per key)
-    updates: Vec<(u32, Kind, u32, u64)>,
+    updates: Vec<Update>,
     seq: u64,
 }
+
+/// An encoded op: (key length, kind, val_len, offset of the record within the encoded
+/// bytes); the key itself is read back from the encoded record (no copy per key).
+type Update = (u32, Kind, u32, u64);
+
+/// How to take back a buffered op's index update if writing it fails: where its key is
+/// in the write buffer, its length, and the entry it replaced.
+type Undo = (usize, u32, Option<Loc>);
 
 /// A key, where its record is, and the segment holding it (a listing's entry).
 pub type Listed = (Vec<u8>, Loc, Arc<Segment>);
@@ -1162,12 +1168,42 @@ impl Store {
     }
 
     fn write(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
+        if self.opts.durability != Durability::Sync {
+            return self.write_buffered(ops, atomic);
+        }
         let p = self.encode(ops, atomic)?;
         self.commit(p)
     }
 
+    /// Bytes `ops` take encoded (with a COMMIT record, whether or not one is written).
+    fn encoded_len(ops: &[(&[u8], Option<&[u8]>)]) -> usize {
+        ops.iter()
+            .map(|(k, v)| HEADER + k.len() + v.map(|v| v.len()).unwrap_or(0))
+            .sum::<usize>()
+            + HEADER
+    }
+
     /// Check and encode ops as one pending write with the next sequence number.
     fn encode(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<Pending> {
+        let mut bytes = Vec::with_capacity(Self::encoded_len(ops));
+        let (seq, updates) = self.encode_into(&mut bytes, ops, atomic)?;
+        Ok(Pending {
+            ticket: 0,
+            bytes,
+            updates,
+            seq,
+        })
+    }
+
+    /// Check ops and append them to `out` encoded, with the next sequence number (record
+    /// offsets in the updates count from where they started in `out`). Nothing is
+    /// appended if a check fails.
+    fn encode_into(
+        &self,
+        out: &mut Vec<u8>,
+        ops: &[(&[u8], Option<&[u8]>)],
+        atomic: bool,
+    ) -> io::Result<(u64, Vec<Update>)> {
         for (k, v) in ops {
             Self::check_kv(k, *v)?;
         }
@@ -1184,44 +1220,32 @@ impl Store {
             st.seq += 1;
             st.seq
         };
-        let mut bytes = Vec::with_capacity(
-            ops.iter()
-                .map(|(k, v)| HEADER + k.len() + v.map(|v| v.len()).unwrap_or(0))
-                .sum::<usize>()
-                + HEADER,
-        );
+        out.reserve(Self::encoded_len(ops));
+        let start = out.len();
         let mut updates = Vec::with_capacity(ops.len());
         let flags = if atomic { FLAG_BATCH } else { 0 };
         for (k, v) in ops {
-            let at = bytes.len() as u64;
+            let at = (out.len() - start) as u64;
             match v {
                 Some(v) => {
-                    record::encode(&mut bytes, Kind::Put, flags, seq, k, v);
+                    record::encode(out, Kind::Put, flags, seq, k, v);
                     updates.push((k.len() as u32, Kind::Put, v.len() as u32, at));
                 }
                 None => {
-                    record::encode(&mut bytes, Kind::Delete, flags, seq, k, b"");
+                    record::encode(out, Kind::Delete, flags, seq, k, b"");
                     updates.push((k.len() as u32, Kind::Delete, 0, at));
                 }
             }
         }
         if atomic {
-            record::encode_commit(&mut bytes, seq, ops.len() as u32);
+            record::encode_commit(out, seq, ops.len() as u32);
         }
-        Ok(Pending {
-            ticket: 0,
-            bytes,
-            updates,
-            seq,
-        })
+        Ok((seq, updates))
     }
 
     /// Group commit: one writer (the leader) writes everyone's pending records with one
     /// write and one fdatasync; the others wait for their ticket.
     fn commit(&self, mut p: Pending) -> io::Result<()> {
-        if self.opts.durability != Durability::Sync {
-            return self.commit_buffered(p);
-        }
         let mut c = self.commit.lock().expect("commit");
         c.next_ticket += 1;
         let ticket = c.next_ticket;
@@ -1398,11 +1422,11 @@ impl Store {
         if ops.is_empty() {
             return Ok(0);
         }
-        let mut p = self.encode(ops, atomic && ops.len() > 1)?;
         if self.opts.durability != Durability::Sync {
-            self.commit_buffered(p)?;
+            self.write_buffered(ops, atomic && ops.len() > 1)?;
             return Ok(0);
         }
+        let mut p = self.encode(ops, atomic && ops.len() > 1)?;
         let mut c = self.commit.lock().expect("commit");
         c.next_ticket += 1;
         p.ticket = c.next_ticket;
@@ -1545,7 +1569,7 @@ impl Store {
                 let mut st = self.state.write().expect("state");
                 let mut base = inf.off;
                 for g in &inf.group {
-                    Self::index_updates(&mut st, inf.seg_id, base, g, None);
+                    Self::index_updates(&mut st, inf.seg_id, base, g);
                     base += g.bytes.len() as u64;
                 }
                 inf.seg.size.store(inf.off + total, Ordering::Relaxed);
@@ -1609,25 +1633,33 @@ impl Store {
     }
 
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
-    /// counting what they replace as dead; `undo` records how to take them back.
-    fn index_updates(
+    /// counting what they replace as dead.
+    fn index_updates(st: &mut State, seg: u32, base: u64, p: &Pending) {
+        Self::index_records(st, (seg, base, p.seq), &p.bytes, &p.updates, None);
+    }
+
+    /// Point the index at encoded records `bytes` (with their `updates`), written at
+    /// `base` in segment `seg` with sequence number `seq`, counting what they replace as
+    /// dead. `undo`: (list, where `bytes` starts in the write buffer) to record how to
+    /// take each update back.
+    fn index_records(
         st: &mut State,
-        seg: u32,
-        base: u64,
-        p: &Pending,
-        mut undo: Option<&mut Vec<(Vec<u8>, Option<Loc>)>>,
+        (seg, base, seq): (u32, u64, u64),
+        bytes: &[u8],
+        updates: &[Update],
+        mut undo: Option<(&mut Vec<Undo>, usize)>,
     ) {
         // Hash every key first, then apply them warming the table a few keys ahead: a
         // batch's random table accesses overlap instead of waiting one by one.
         const AHEAD: usize = 8;
-        let key = |u: &(u32, Kind, u32, u64)| {
+        let key = |u: &Update| {
             let ks = u.3 as usize + HEADER;
-            &p.bytes[ks..ks + u.0 as usize]
+            &bytes[ks..ks + u.0 as usize]
         };
-        let puts = p.updates.iter().filter(|u| u.1 != Kind::Delete).count();
+        let puts = updates.iter().filter(|u| u.1 != Kind::Delete).count();
         st.index.reserve(puts, 0); // no rehash mid-batch: warmed addresses stay valid
-        let hashes: Vec<u64> = p.updates.iter().map(|u| st.index.hash(key(u))).collect();
-        for (j, u) in p.updates.iter().enumerate() {
+        let hashes: Vec<u64> = updates.iter().map(|u| st.index.hash(key(u))).collect();
+        for (j, u) in updates.iter().enumerate() {
             if let Some(&ha) = hashes.get(j + AHEAD) {
                 st.index.warm(ha);
             }
@@ -1636,7 +1668,7 @@ impl Store {
                 seg,
                 val_len: *vl,
                 off: base + at,
-                seq: p.seq,
+                seq,
             };
             let old = if *kind == Kind::Delete {
                 st.index.remove_hashed(k, hashes[j])
@@ -1652,8 +1684,8 @@ impl Store {
                     s.dead.fetch_add(dead, Ordering::Relaxed);
                 }
             }
-            if let Some(u) = undo.as_mut() {
-                u.push((k.to_vec(), old));
+            if let Some((list, from)) = undo.as_mut() {
+                list.push((*from + *at as usize + HEADER, k.len() as u32, old));
             }
         }
     }
@@ -1671,11 +1703,7 @@ impl Store {
         if self.opts.durability == Durability::Sync || ops.is_empty() {
             return Ok(false);
         }
-        let len: usize = ops
-            .iter()
-            .map(|(k, v)| HEADER + k.len() + v.map(|v| v.len()).unwrap_or(0))
-            .sum::<usize>()
-            + HEADER;
+        let len = Self::encoded_len(ops);
         let Ok(mut c) = self.commit.try_lock() else {
             return Ok(false);
         };
@@ -1694,25 +1722,41 @@ impl Store {
         {
             return Ok(false);
         }
-        let p = self.encode(ops, atomic && ops.len() > 1)?;
-        let base = end;
-        c.wbuf.extend_from_slice(&p.bytes);
-        let mut st = self.state.write().expect("state");
-        let seg_id = st.active;
-        Self::index_updates(&mut st, seg_id, base, &p, Some(&mut c.undo));
+        self.buffer_locked(&mut c, ops, atomic && ops.len() > 1)?;
         Ok(true)
+    }
+
+    /// Encode ops straight into the write buffer and index them there (their file
+    /// offsets are where the buffer will be written).
+    fn buffer_locked(
+        &self,
+        c: &mut Commit,
+        ops: &[(&[u8], Option<&[u8]>)],
+        atomic: bool,
+    ) -> io::Result<()> {
+        let from = c.wbuf.len();
+        let base = c.write_off + from as u64;
+        let (seq, updates) = self.encode_into(&mut c.wbuf, ops, atomic)?;
+        let mut st = self.state.write().expect("state");
+        let seg = st.active;
+        let (wbuf, undo) = (&c.wbuf, &mut c.undo);
+        let undo = Some((undo, from));
+        Self::index_records(&mut st, (seg, base, seq), &wbuf[from..], &updates, undo);
+        Ok(())
     }
 
     /// durability "none"/"batch": records go to an in-memory write buffer (indexed at their
     /// future file offsets) that is written when it reaches 1 MiB, when a sync is due, or
     /// when a reader needs one of its records.
-    fn commit_buffered(&self, p: Pending) -> io::Result<()> {
+    fn write_buffered(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
         let mut c = self.commit.lock().expect("commit");
         while c.leader {
             c = self.commit_cv.wait(c).expect("commit wait");
         }
         let end = c.write_off + c.wbuf.len() as u64;
-        if end > 0 && end + p.bytes.len() as u64 > self.opts.segment_size {
+        // (with the COMMIT record counted whether or not it is written: a segment may
+        // roll 32 bytes early, never late)
+        if end > 0 && end + Self::encoded_len(ops) as u64 > self.opts.segment_size {
             self.flush_locked(&mut c, false)?;
             let seal_at = c.write_off;
             let mut app = c.appender.take().expect("appender");
@@ -1722,13 +1766,7 @@ impl Store {
             c.write_off = 0;
             self.flushed.store(0, Ordering::Release);
         }
-        let base = c.write_off + c.wbuf.len() as u64;
-        c.wbuf.extend_from_slice(&p.bytes);
-        {
-            let mut st = self.state.write().expect("state");
-            let seg_id = st.active;
-            Self::index_updates(&mut st, seg_id, base, &p, Some(&mut c.undo));
-        }
+        self.buffer_locked(&mut c, ops, atomic)?;
         let due = match self.opts.durability {
             Durability::Batch { ms, bytes } => {
                 c.last_sync.elapsed() >= Duration::from_millis(ms)
@@ -1775,6 +1813,10 @@ impl Store {
                 } else {
                     c.unsynced += data.len() as u64;
                 }
+                // (the buffer is kept for the next records: no 1 MiB allocation per flush)
+                let mut data = data;
+                data.clear();
+                c.wbuf = data;
                 Ok(())
             }
             Err(e) => {
@@ -1784,13 +1826,14 @@ impl Store {
                 // SAFETY: fd is the active segment, open for writing.
                 unsafe { libc::ftruncate(fd, off as i64) };
                 let mut st = self.state.write().expect("state");
-                for (k, old) in c.undo.drain(..).rev() {
+                for (at, len, old) in c.undo.drain(..).rev() {
+                    let k = &data[at..at + len as usize];
                     match old {
                         Some(l) => {
-                            st.index.put(&k, l, false);
+                            st.index.put(k, l, false);
                         }
                         None => {
-                            st.index.remove(&k);
+                            st.index.remove(k);
                         }
                     }
                 }
@@ -1841,7 +1884,7 @@ impl Store {
         let mut st = self.state.write().expect("state");
         let mut base = off;
         for g in group {
-            Self::index_updates(&mut st, seg_id, base, g, None);
+            Self::index_updates(&mut st, seg_id, base, g);
             base += g.bytes.len() as u64;
         }
         seg.size.store(off + total, Ordering::Relaxed);
