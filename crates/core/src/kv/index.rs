@@ -1,7 +1,8 @@
 //! The key → position index, in native memory: keys live back to back in one arena
 //! (`[u32 len][bytes]`), a [`Table`] holds 24-byte entries pointing into it. Overhead per
 //! key beyond the key itself: 4 (length) + up to 3 (alignment) + (24 + 1 control byte) /
-//! load, 29–57 bytes — no Python object per key. The hash is seeded per store and stable
+//! load, 29–57 bytes (58 resident per key measured at 1M keys, 50 at 100K) — no Python
+//! object per key. The hash is seeded per store and stable
 //! across processes, so the whole index can be written out and read back (see
 //! [`Index::to_parts`]) instead of rebuilt key by key.
 
