@@ -434,19 +434,25 @@ def _direct_fds() -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("durability", ["sync", "none"])
-def test_direct_io_appends(tmp_path: Path, durability: str) -> None:
+@pytest.mark.parametrize(
+    ("durability", "sqpoll"), [("sync", False), ("none", False), ("sync", True)]
+)
+def test_direct_io_appends(tmp_path: Path, durability: str, sqpoll: bool) -> None:
+    """O_DIRECT appends across segment rolls, compaction and reopening; with sqpoll=True
+    (seed 003's configuration) through a ring with a real kernel polling thread."""
     p = tmp_path / "db"
+    pollers = len(_sq_threads())
     try:
-        db = kv.open(p, durability=durability, direct=True, segment_size=64 << 10)
+        db = kv.open(p, durability=durability, direct=True, sqpoll=sqpoll, segment_size=64 << 10)
     except OSError as e:
-        pytest.skip(f"no O_DIRECT here: {e}")
+        pytest.skip(f"no O_DIRECT{' or no SQPOLL' if sqpoll else ''} here: {e}")
     model: dict[bytes, bytes | None] = {}
     with db:
         assert db.stats()["direct"] == 1
         # through io_uring (WRITE_FIXED to the registered O_DIRECT descriptor)
         assert db.stats()["io_uring"] == 1
         assert any(x.endswith(".seg") for x in _direct_fds())  # really O_DIRECT
+        assert len(_sq_threads()) == pollers + sqpoll  # the store's own poller
         for i in range(1500):  # odd sizes: records straddle blocks; several segments
             k, v = b"k%d" % (i % 700), bytes([i % 251]) * (i % 333 + 1)
             db.put(k, v)
@@ -472,6 +478,11 @@ def test_direct_io_appends(tmp_path: Path, durability: str) -> None:
             db.put(b"after", b"reopen")
             assert db.get(b"after") == b"reopen"
     assert _direct_fds() == []  # closed with the store
+    for _ in range(100):  # and the poller (the kernel tears a ring down asynchronously)
+        if len(_sq_threads()) == pollers:
+            break
+        time.sleep(0.05)
+    assert len(_sq_threads()) == pollers, _sq_threads()
 
 
 @pytest.mark.parametrize("durability", ["none", "batch"])
@@ -784,41 +795,6 @@ def _sq_threads() -> list[str]:
         if comm.startswith("iou-sqp"):
             out.append(comm)
     return out
-
-
-def test_sqpoll_direct_appends(tmp_path: Path) -> None:
-    """direct=True, sqpoll=True (seed 003's configuration): O_DIRECT appends through a
-    ring with a real kernel polling thread, across segment rolls; the data reads back
-    after reopening without it."""
-    p = tmp_path / "db"
-    before = len(_sq_threads())
-    try:
-        db = kv.open(p, direct=True, sqpoll=True, segment_size=16 << 10)
-    except OSError as e:
-        pytest.skip(f"no O_DIRECT or no SQPOLL here: {e}")
-    model: dict[bytes, bytes | None] = {}
-    with db:
-        assert db.stats()["io_uring"] == 1 and db.stats()["direct"] == 1
-        assert len(_sq_threads()) == before + 1  # the store's own poller
-        for i in range(600):
-            k, v = b"k%d" % (i % 250), bytes([i % 251]) * (i % 300 + 1)
-            db.put(k, v)
-            model[k] = v
-            if i % 50 == 0:
-                db.delete(b"k%d" % (i % 7))
-                model[b"k%d" % (i % 7)] = None
-        db.write([(b"w%d" % i, b"x" * i) for i in range(1, 40)])
-        model.update({b"w%d" % i: b"x" * i for i in range(1, 40)})
-        assert db.stats()["segments"] > 2
-        keys = list(model)
-        assert db.multi_get(keys) == [model[k] for k in keys]
-    for _ in range(100):  # closing ends it (the kernel tears a ring down asynchronously)
-        if len(_sq_threads()) == before:
-            break
-        time.sleep(0.05)
-    assert len(_sq_threads()) == before, _sq_threads()
-    with kv.open(p) as db:
-        assert db.multi_get(keys) == [model[k] for k in keys]
 
 
 def test_sqpoll_needs_direct(tmp_path: Path) -> None:

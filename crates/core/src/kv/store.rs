@@ -3121,23 +3121,34 @@ mod tests {
         assert_eq!(s.get(b"new5").unwrap().unwrap(), b"n");
     }
 
+    /// Run `writer(t)` on `n` threads at once (scoped: they may borrow) and wait for all.
+    fn on_threads(n: usize, writer: impl Fn(usize) + Sync) {
+        std::thread::scope(|sc| {
+            for t in 0..n {
+                let w = &writer;
+                sc.spawn(move || w(t));
+            }
+        });
+    }
+
+    /// A store opened with relayed wake-ups (as the Python glue opens it).
+    fn relayed(d: &tempfile::TempDir) -> Store {
+        let o = Options {
+            relay: true,
+            ..opts()
+        };
+        Store::open(d.path(), o).unwrap()
+    }
+
     #[test]
     fn group_commit_threads() {
         let d = tempfile::tempdir().unwrap();
-        let s = Arc::new(Store::open(d.path(), opts()).unwrap());
-        let hs: Vec<_> = (0..8)
-            .map(|t| {
-                let s = s.clone();
-                std::thread::spawn(move || {
-                    for i in 0..100 {
-                        s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
+        let s = Store::open(d.path(), opts()).unwrap();
+        on_threads(8, |t| {
+            for i in 0..100 {
+                s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
+            }
+        });
         assert_eq!(s.len(), 800);
     }
 
@@ -3148,30 +3159,18 @@ mod tests {
     #[test]
     fn relayed_writers_under_a_global_lock() {
         let d = tempfile::tempdir().unwrap();
-        let o = Options {
-            relay: true,
-            ..opts()
-        };
-        let s = Arc::new(Store::open(d.path(), o).unwrap());
-        let gil = Arc::new(Mutex::new(()));
-        let hs: Vec<_> = (0..16)
-            .map(|t| {
-                let (s, gil) = (s.clone(), gil.clone());
-                std::thread::spawn(move || {
-                    let mut held = Some(gil.lock().unwrap());
-                    for i in 0..20 + 10 * t {
-                        drop(held.take());
-                        s.relay_one();
-                        s.put(format!("t{t}-{i}").as_bytes(), &[t as u8; 9])
-                            .unwrap();
-                        held = Some(gil.lock().unwrap());
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
+        let s = relayed(&d);
+        let gil = Mutex::new(());
+        on_threads(16, |t| {
+            let mut held = Some(gil.lock().unwrap());
+            for i in 0..20 + 10 * t {
+                drop(held.take());
+                s.relay_one();
+                s.put(format!("t{t}-{i}").as_bytes(), &[t as u8; 9])
+                    .unwrap();
+                held = Some(gil.lock().unwrap());
+            }
+        });
         let n: usize = (0..16).map(|t| 20 + 10 * t).sum();
         assert_eq!(s.len(), n);
         for t in 0..16 {
@@ -3189,26 +3188,14 @@ mod tests {
     #[test]
     fn relayed_writers_nobody_releases() {
         let d = tempfile::tempdir().unwrap();
-        let o = Options {
-            relay: true,
-            ..opts()
-        };
-        let s = Arc::new(Store::open(d.path(), o).unwrap());
-        let start = Arc::new(std::sync::Barrier::new(8));
-        let hs: Vec<_> = (0..8)
-            .map(|t| {
-                let (s, start) = (s.clone(), start.clone());
-                std::thread::spawn(move || {
-                    start.wait();
-                    for i in 0..3 {
-                        s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
+        let s = relayed(&d);
+        let start = std::sync::Barrier::new(8);
+        on_threads(8, |t| {
+            start.wait();
+            for i in 0..3 {
+                s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
+            }
+        });
         assert_eq!(s.len(), 24);
     }
 
