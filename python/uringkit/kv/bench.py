@@ -500,8 +500,8 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
         # best of each kept (the lower P99) — a slow stretch of this machine then lands
         # on every store, not on whichever ran during it
         con.print("[dim]durable writes…[/]", end=" ")
-        for order in (kept, kept[::-1]):
-            for p, path, _ in order:
+        for turn in (kept, kept[::-1]):
+            for p, path, _ in turn:
                 for w, v in durable(p, path + "-w").items():
                     old = rows.get(w, {}).get(p.name)
                     lower = any(x in w for x in LOWER_IS_BETTER)
