@@ -302,6 +302,11 @@ struct Commit {
     /// waiting to be released (oldest first; see `Store::relay_one`)
     parked: Vec<Parked>,
     ready: std::collections::VecDeque<Parked>,
+    /// relay_one calls since the last group completed that found nobody ready while
+    /// writers were parked: such a caller went to sleep without handing the lock on, so
+    /// one ready writer goes as soon as the group completes (one, not one per caller:
+    /// several would be runnable at once, queueing on the lock again)
+    unrelayed: usize,
 }
 
 /// A writer parked in relay mode (see [`Store::relay_one`]).
@@ -322,6 +327,9 @@ impl Parked {
 /// How long a relay-mode writer whose ticket is done waits to be released before it
 /// goes anyway (a bound for when no other writer comes to release it).
 const RELAY_PATIENCE: Duration = Duration::from_millis(2);
+/// Relay mode: as long as no more writers than this wait to be released, they all go
+/// when their group completes (a small herd costs less than making them wait their turn).
+const RELAY_MIN_READY: usize = 8;
 /// How many groups in a row a relay-mode writer leads before handing the lead on.
 const RELAY_LEAD_ROUNDS: u32 = 8;
 
@@ -392,8 +400,9 @@ pub struct Store {
     warm_stop: Arc<AtomicBool>,
     /// Segment bytes the warm-up thread has faulted in so far (stats).
     warmed: Arc<AtomicU64>,
-    /// `Commit::ready.len()`, read without the lock by `relay_one`.
-    ready_len: AtomicUsize,
+    /// How many writers are parked or ready (relay mode), read without the lock by
+    /// `relay_one`.
+    waiting: AtomicUsize,
     pub recovery: Recovery,
 }
 
@@ -774,6 +783,7 @@ impl Store {
                 inflight_data: Vec::new(),
                 parked: Vec::new(),
                 ready: std::collections::VecDeque::new(),
+                unrelayed: 0,
             }),
             flushed: AtomicU64::new(act_size),
             loaded,
@@ -783,7 +793,7 @@ impl Store {
             warm_running: AtomicBool::new(false),
             warm_stop: Arc::new(AtomicBool::new(false)),
             warmed: Arc::new(AtomicU64::new(0)),
-            ready_len: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
             reader: Mutex::new(None),
@@ -1275,9 +1285,15 @@ impl Store {
                 if !self.opts.relay || led == 0 || c.pending.is_empty() || c.leader {
                     return Ok(());
                 }
-                // Relay mode, after leading, with writers queued meanwhile (so another
-                // writer is running): lead their group too, or after enough rounds hand
-                // the lead to one of them and wait to be released like the others.
+                // Relay mode, after leading, with writers queued meanwhile. When writers
+                // are backed up (some wait to be released: another writer is running),
+                // lead their group too, or after enough rounds hand the lead to one of
+                // them and wait to be released like the others — rather than become a
+                // second runnable writer. Otherwise hand the lead on and go.
+                if c.ready.is_empty() {
+                    self.hand_lead(&mut c);
+                    return Ok(());
+                }
                 if led >= RELAY_LEAD_ROUNDS {
                     self.hand_lead(&mut c);
                     let go = self.park(&mut c, ticket, true);
@@ -1364,10 +1380,10 @@ impl Store {
         };
         if done {
             c.ready.push_back(p);
-            self.ready_len.store(c.ready.len(), Ordering::Relaxed);
         } else {
             c.parked.push(p);
         }
+        self.note_waiting(c);
         go
     }
 
@@ -1384,7 +1400,7 @@ impl Store {
                 let mine = |p: &Parked| Arc::ptr_eq(&p.go, go);
                 c.parked.retain(|p| !mine(p));
                 c.ready.retain(|p| !mine(p));
-                self.ready_len.store(c.ready.len(), Ordering::Relaxed);
+                self.note_waiting(&c);
                 return;
             }
         }
@@ -1395,20 +1411,40 @@ impl Store {
         if let Some(i) = (0..c.parked.len()).min_by_key(|&i| c.parked[i].ticket) {
             c.parked.swap_remove(i).wake();
         }
+        self.note_waiting(c);
     }
 
     /// Relay mode: writers parked for a ticket now done wait to be released instead.
+    ///
+    /// Who goes at once: every ready writer when nothing was queued while the group was
+    /// written (nobody is writing: the writers are busy elsewhere, or few) or when no
+    /// more than `RELAY_MIN_READY` are ready (a small herd costs less than the wait);
+    /// otherwise one, if a writer came along meanwhile and found nobody to release.
     fn ready_parked(&self, c: &mut Commit) {
-        if c.parked.is_empty() {
-            return;
+        if !c.parked.is_empty() {
+            let done = c.done_ticket;
+            let (mut now_ready, waiting): (Vec<Parked>, Vec<Parked>) =
+                c.parked.drain(..).partition(|p| p.ticket <= done);
+            now_ready.sort_unstable_by_key(|p| p.ticket);
+            c.ready.extend(now_ready);
+            c.parked = waiting;
         }
-        let done = c.done_ticket;
-        let (mut now_ready, waiting): (Vec<Parked>, Vec<Parked>) =
-            c.parked.drain(..).partition(|p| p.ticket <= done);
-        now_ready.sort_unstable_by_key(|p| p.ticket);
-        c.ready.extend(now_ready);
-        c.parked = waiting;
-        self.ready_len.store(c.ready.len(), Ordering::Relaxed);
+        let relay = !c.pending.is_empty() && c.ready.len() > RELAY_MIN_READY;
+        let go = match relay {
+            false => c.ready.len(),
+            true => c.unrelayed.min(1).min(c.ready.len()),
+        };
+        c.unrelayed = 0;
+        for p in c.ready.drain(..go).collect::<Vec<_>>() {
+            p.wake();
+        }
+        self.note_waiting(c);
+    }
+
+    /// Relay mode: publish how many writers wait (for `relay_one`'s check without the lock).
+    fn note_waiting(&self, c: &Commit) {
+        let n = c.parked.len() + c.ready.len();
+        self.waiting.store(n, Ordering::Relaxed);
     }
 
     // ----- group commit driven by an event loop ----------------------------------------
@@ -1620,12 +1656,15 @@ impl Store {
     /// lock — one wake-up per write instead of two. A writer nobody releases goes on its
     /// own after `RELAY_PATIENCE`.
     pub fn relay_one(&self) {
-        if self.ready_len.load(Ordering::Relaxed) == 0 {
+        if self.waiting.load(Ordering::Relaxed) == 0 {
             return;
         }
         let mut c = self.commit.lock().expect("commit");
         let p = c.ready.pop_front();
-        self.ready_len.store(c.ready.len(), Ordering::Relaxed);
+        if p.is_none() && !c.parked.is_empty() {
+            c.unrelayed += 1; // (see Commit::unrelayed)
+        }
+        self.note_waiting(&c);
         drop(c);
         if let Some(p) = p {
             p.wake();
@@ -3138,6 +3177,49 @@ mod tests {
             ..opts()
         };
         Store::open(d.path(), o).unwrap()
+    }
+
+    /// The release policy when a group completes, on a real store's commit state.
+    #[test]
+    fn relay_release_policy() {
+        let d = tempfile::tempdir().unwrap();
+        let s = relayed(&d);
+        let parked = |c: &mut Commit, n: u64| -> Vec<Arc<AtomicBool>> {
+            (1..=n).map(|t| s.park(c, t, false)).collect()
+        };
+        let queued = |c: &mut Commit| {
+            c.pending.push(Pending {
+                ticket: 99,
+                bytes: Vec::new(),
+                updates: Vec::new(),
+                seq: 0,
+            })
+        };
+        let gone = |g: &[Arc<AtomicBool>]| g.iter().filter(|x| x.load(Ordering::Relaxed)).count();
+        let mut c = s.commit.lock().unwrap();
+        // few ready: all go, even with more queued
+        let g = parked(&mut c, 5);
+        c.done_ticket = 5;
+        queued(&mut c);
+        s.ready_parked(&mut c);
+        assert_eq!((gone(&g), c.ready.len()), (5, 0));
+        // many ready, more queued: they wait their turn — one goes if a writer found
+        // nobody to release meanwhile, and the oldest first
+        c.pending.clear();
+        let g = parked(&mut c, 12);
+        c.done_ticket = 12;
+        queued(&mut c);
+        s.ready_parked(&mut c);
+        assert_eq!((gone(&g), c.ready.len()), (0, 12));
+        c.unrelayed = 3;
+        s.ready_parked(&mut c);
+        assert_eq!((gone(&g), c.ready.len(), c.unrelayed), (1, 11, 0));
+        assert!(g[0].load(Ordering::Relaxed));
+        // nothing queued: nobody is writing, everyone goes
+        c.pending.clear();
+        s.ready_parked(&mut c);
+        assert_eq!((gone(&g), c.ready.len()), (12, 0));
+        assert_eq!(s.waiting.load(Ordering::Relaxed), 0);
     }
 
     #[test]
