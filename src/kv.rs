@@ -472,6 +472,7 @@ impl KvStore {
                 // the store: wait for them, so that the store is really closed (and its
                 // lock released) when close() returns.
                 while Arc::strong_count(&s) > 1 {
+                    s.relay_all(); // (writers done but waiting their turn go now)
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
                 drop(s);

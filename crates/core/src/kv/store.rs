@@ -1671,6 +1671,21 @@ impl Store {
         }
     }
 
+    /// Relay mode: release every writer whose group is done (when the store is being
+    /// closed, nobody should wait for a turn).
+    pub fn relay_all(&self) {
+        if self.waiting.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut c = self.commit.lock().expect("commit");
+        let ready: Vec<Parked> = c.ready.drain(..).collect();
+        self.note_waiting(&c);
+        drop(c);
+        for p in ready {
+            p.wake();
+        }
+    }
+
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
     /// counting what they replace as dead.
     fn index_updates(st: &mut State, seg: u32, base: u64, p: &Pending) {
@@ -3219,6 +3234,15 @@ mod tests {
         c.pending.clear();
         s.ready_parked(&mut c);
         assert_eq!((gone(&g), c.ready.len()), (12, 0));
+        assert_eq!(s.waiting.load(Ordering::Relaxed), 0);
+        // closing: every ready writer goes, whatever is queued
+        let g = parked(&mut c, 12);
+        queued(&mut c);
+        s.ready_parked(&mut c);
+        assert_eq!((gone(&g), c.ready.len()), (0, 12));
+        drop(c);
+        s.relay_all();
+        assert_eq!(gone(&g), 12);
         assert_eq!(s.waiting.load(Ordering::Relaxed), 0);
     }
 
