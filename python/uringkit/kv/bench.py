@@ -447,7 +447,7 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
                 # index accounts its own arrays (their allocated capacity)
                 st = p.db.stats()
                 rec(
-                    "index bytes per key beyond the key",
+                    "index capacity per key beyond the key (allocated)",
                     p.name,
                     st["index_bytes"] / st["keys"] - 16,
                 )
