@@ -203,13 +203,16 @@ def test_xattr_ops(ring: Ring, tmp_path: Path) -> None:
     ring.register_files([fd])
     try:
         value = bytearray(b"v" * 300)
-        ring.setxattr(p, "user.tag", value, user_data=1)
+        # one linked chain: xattr ops run on io-wq workers, in any order unless linked
+        # (an unlinked get raced its set and saw ENODATA); the get that fails (ERANGE)
+        # ends the chain, and the one for a missing attribute is on its own
+        ring.setxattr(p, "user.tag", value, user_data=1, link=True)
         del value  # copied when queued
         ring.setxattr(fd, b"user.fd", b"via fd", flags=os.XATTR_CREATE, user_data=2, link=True)
-        ring.getxattr(str(p), "user.tag", user_data=3)
-        ring.getxattr(Fixed(0), "user.fd", user_data=4)
-        ring.getxattr(p, "user.missing", user_data=5)
+        ring.getxattr(str(p), "user.tag", user_data=3, link=True)
+        ring.getxattr(Fixed(0), "user.fd", user_data=4, link=True)
         ring.getxattr(open_file, "user.tag", size=10, user_data=6)
+        ring.getxattr(p, "user.missing", user_data=5)
         got = {c.user_data: c for c in wait_all(ring, 6)}
         assert got[1].res == 0 and got[2].res == 0
         assert got[3].res == 300 and got[3].result == b"v" * 300
