@@ -2608,36 +2608,34 @@ sqe_op! {
     }
 }
 
-sqe_op! {
-    /// Queue send of `data`. Result: bytes sent.
-    fn send(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-    )
-    signature[fd, data,][nbytes=None, flags=0,]
-    |user_data, sqe| {
-        self.queue_send(fd, data, nbytes, flags, user_data, sqe, op::net::send)
-    }
+/// send and send_zc: the same arguments, a different opcode.
+macro_rules! send_op {
+    ($(#[doc = $doc:literal])* $name:ident, $opcode:path) => {
+        sqe_op! {
+            $(#[doc = $doc])*
+            fn $name(
+                &mut self,
+                fd: &Bound<'_, PyAny>,
+                data: &Bound<'_, PyAny>,
+                #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
+                #[pyo3(from_py_with = int::i32_flags)] flags: i32,
+            )
+            signature[fd, data,][nbytes=None, flags=0,]
+            |user_data, sqe| self.queue_send(fd, data, nbytes, flags, user_data, sqe, $opcode)
+        }
+    };
 }
 
-sqe_op! {
+send_op! {
+    /// Queue send of `data`. Result: bytes sent.
+    send, op::net::send
+}
+
+send_op! {
     /// Queue a zero-copy send. Two completions arrive: the result (`more=True`), then a
     /// notification (`notif=True`) once the kernel no longer reads `data`; the buffer is
     /// held until the notification.
-    fn send_zc(
-        &mut self,
-        fd: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int::opt_usize_nbytes)] nbytes: Option<usize>,
-        #[pyo3(from_py_with = int::i32_flags)] flags: i32,
-    )
-    signature[fd, data,][nbytes=None, flags=0,]
-    |user_data, sqe| {
-        self.queue_send(fd, data, nbytes, flags, user_data, sqe, op::net::send_zc)
-    }
+    send_zc, op::net::send_zc
 }
 
 sqe_op! {
