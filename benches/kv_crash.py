@@ -1,8 +1,10 @@
 """xkv's SIGKILL crash harness for as many rounds as asked (CI runs 30 in the test suite).
 
-    python benches/kv_crash.py --rounds 200 [--mode threads|async] [--direct] [--dir .] [--json]
+    python benches/kv_crash.py --rounds 200 [--mode threads|async] [--direct]
+        [--durability sync|batch|none] [--dir .] [--json]
 
-Each round runs a writer process (durability="sync", intent/ack log), SIGKILLs it at a
+Each round runs a writer process (durability="sync" unless asked otherwise: under
+SIGKILL "batch" and "none" promise the same, intent/ack log), SIGKILLs it at a
 random moment (some during compaction), reopens the store and checks every acknowledged
 write, every acknowledged delete, every record's CRC, and that the operation in flight
 landed whole or not at all. Exit status 1 with the broken promise at the first failure.
@@ -28,6 +30,12 @@ def main() -> int:
     ap.add_argument("--mode", choices=["threads", "async"], default="threads")
     ap.add_argument("--dir", default=".")
     ap.add_argument("--direct", action="store_true", help="the writer appends with O_DIRECT")
+    ap.add_argument(
+        "--durability",
+        choices=["sync", "batch", "none"],
+        default="sync",
+        help="the writer's durability (a killed process loses no acknowledged write in any)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON summary on stdout")
     a = ap.parse_args()
     t0 = time.perf_counter()
@@ -43,7 +51,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="uringkit-kv-crash-", dir=a.dir) as d:
         try:
-            rounds = run_rounds(Path(d) / "store", a.rounds, a.mode, progress, a.direct)
+            rounds = run_rounds(
+                Path(d) / "store", a.rounds, a.mode, progress, a.direct, a.durability
+            )
         except CrashCheckFailed as e:
             print(f"\nFAILED: {e}", file=sys.stderr)
             return 1

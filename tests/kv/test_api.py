@@ -364,60 +364,108 @@ def test_disk_full_leaves_store_readable(small_fs: Path) -> None:
         assert db.recovery["torn_bytes"] == 0
 
 
-def test_disk_full_with_buffered_writes_takes_them_back(small_fs: Path) -> None:
-    """durability="none": when writing the buffer fails, every buffered record is taken
-    out of the index again — rewrites show the value on disk, new keys are absent,
-    deletes are undone — and the store stays consistent and reopens cleanly."""
+@pytest.mark.parametrize("big", [30_000, 2_000], ids=["pwrite", "mapped"])
+def test_disk_full_takes_the_failed_write_back(small_fs: Path, big: int) -> None:
+    """durability="none": a write the disk cannot take is taken out of the index again,
+    whole — its rewrites show the values before it, its delete is undone, its new key is
+    absent — while every write acknowledged before it stays; the store stays consistent
+    and reopens with exactly what was acknowledged. Large writes go with pwrite (ENOSPC
+    from the write, a partial one cut off), small ones through the segment's mapping
+    (ENOSPC from fallocate, before anything is stored: a store into a page the file does
+    not cover would be a SIGBUS)."""
     p = small_fs / "db"
+    keys = [b"keep%d" % i for i in range(50)] + [b"fresh%d" % i for i in range(1000)]
+    expect: dict[bytes, bytes] = {}
     with kv.open(p, durability="none") as db:
-        db.write([(b"keep%d" % i, b"safe%d" % i) for i in range(50)])
-        db.sync()
-        on_disk = len(db)
+        first = [(b"keep%d" % i, b"safe%d" % i) for i in range(50)]
+        db.write(first)
+        expect.update(first)
         with pytest.raises(OSError) as ei:
-            for i in range(100):
-                db.write(
-                    [(b"keep%d" % j, b"new") for j in range(10)]
-                    + [(b"keep%d" % (10 + i % 40), None), (b"fresh%d" % i, b"y" * 30_000)]
-                )
-        assert "No space left" in str(ei.value)
-        assert [db.get(b"keep%d" % i) for i in range(50)] == [b"safe%d" % i for i in range(50)]
-        assert db.multi_get([b"fresh%d" % i for i in range(100)]) == [None] * 100
-        assert len(db) == on_disk == 50
+            for i in range(1000):
+                ops: list[tuple[bytes, bytes | None]] = [
+                    (b"keep%d" % j, b"new%d" % i) for j in range(10)
+                ]
+                ops += [(b"keep%d" % (10 + i % 40), None), (b"fresh%d" % i, b"y" * big)]
+                db.write(ops)
+                for k, v in ops:
+                    if v is None:
+                        expect.pop(k, None)
+                    else:
+                        expect[k] = v
+        assert "No space left" in str(ei.value) and "still readable" in str(ei.value)
+        assert i > 2  # some writes went in before the disk filled
+        assert [db.get(k) for k in keys] == [expect.get(k) for k in keys]
+        assert len(db) == len(expect)
         assert db.check()[1] == []
     with kv.open(p) as db:
-        assert [db.get(b"keep%d" % i) for i in range(50)] == [b"safe%d" % i for i in range(50)]
-        assert len(db) == 50 and db.recovery["torn_bytes"] == 0
+        assert [db.get(k) for k in keys] == [expect.get(k) for k in keys]
+        assert len(db) == len(expect) and db.recovery["torn_bytes"] == 0
+
+
+@pytest.mark.parametrize("mapped", ["1", "0"], ids=["mapped", "pwrite"])
+@pytest.mark.parametrize("mode", ["none", "batch"])
+def test_unsynced_writes_survive_a_killed_process(tmp_path: Path, mode: str, mapped: str) -> None:
+    """durability="none"/"batch": every write is handed to the kernel before it returns,
+    so a process killed right after it (SIGKILL, no time for anything) loses none of it —
+    small puts (through the segment's mapping, or with pwrite where mappings are not
+    used: URINGKIT_KV_MAPPED=0), large values, an atomic batch, a delete. Only a crash of
+    the machine can lose what was not fdatasynced yet (LevelDB's and RocksDB's promise
+    for unsynced writes)."""
+    import signal
+    import subprocess
+    import sys
+
+    p = tmp_path / "db"
+    code = (
+        "import sys\nfrom uringkit import kv\n"
+        f"db = kv.open(sys.argv[1], durability={mode!r}, batch_ms=60000)\n"
+        "assert db.stats()['mapped_writes'] == int(sys.argv[2])\n"
+        "for i in range(3000):\n    db.put(b'small%d' % i, b'v%d' % i)\n"
+        "db.put(b'big', b'B' * 200_000)\n"
+        "db.write([(b'b%d' % i, b'batch') for i in range(100)])\n"
+        "db.delete(b'small7')\n"
+        "print('ok', flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    env = dict(os.environ, URINGKIT_KV_MAPPED=mapped)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(p), mapped], stdout=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ok"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with kv.open(p) as db:
+        assert db.recovery["torn_bytes"] == 0
+        smalls = db.multi_get([b"small%d" % i for i in range(3000)])
+        assert smalls == [None if i == 7 else b"v%d" % i for i in range(3000)]
+        assert db.get(b"big") == b"B" * 200_000
+        assert db.multi_get([b"b%d" % i for i in range(100)]) == [b"batch"] * 100
+        assert len(db) == 3000 - 1 + 1 + 100
 
 
 @pytest.mark.parametrize("batch_ms", [30, None])
 def test_batch_durability_syncs_on_time_without_more_writes(
     tmp_path: Path, batch_ms: int | None
 ) -> None:
-    """durability="batch": a lone write reaches the disk within batch_ms even if no later
-    write comes along (a background flusher), so a SIGKILL after that loses nothing.
-    With "none", the record may still sit in the write buffer and be lost."""
-    import signal
-    import subprocess
-    import sys
+    """durability="batch": a lone write is fdatasynced within batch_ms even if no later
+    write comes along (a background flusher): a crash of the machine then loses nothing.
+    With "none" it stays unsynced until the kernel's write-back or close()."""
     import time
 
-    p = tmp_path / "db"
     mode = "batch" if batch_ms else "none"
-    code = (
-        "import sys, time\nfrom uringkit import kv\n"
-        f"db = kv.open(sys.argv[1], durability={mode!r}, batch_ms={batch_ms or 10})\n"
-        "db.put(b'lone', b'write')\nprint('ok', flush=True)\ntime.sleep(60)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ok"
-    time.sleep(0.4)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    with kv.open(p) as db:
+    with kv.open(tmp_path / "db", durability=mode, batch_ms=batch_ms or 10) as db:
+        db.put(b"lone", b"write")
+        assert db.stats()["unsynced_bytes"] > 0
+        deadline = time.monotonic() + 5
+        while db.stats()["unsynced_bytes"] and time.monotonic() < deadline and batch_ms:
+            time.sleep(0.005)
         if batch_ms:
-            assert db.get(b"lone") == b"write"
+            assert db.stats()["unsynced_bytes"] == 0
         else:
-            assert db.get(b"lone") is None  # it was only in the process's write buffer
+            time.sleep(0.2)
+            assert db.stats()["unsynced_bytes"] > 0
+        db.sync()
+        assert db.stats()["unsynced_bytes"] == 0
 
 
 def _direct_fds() -> list[str]:

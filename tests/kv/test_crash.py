@@ -47,3 +47,15 @@ def test_sigkill_rounds_direct_io(tmp_path: Path, mode: str) -> None:
     n = max(ROUNDS // 6, 5)
     rounds = run_rounds(tmp_path / "store", n, mode, direct=True)
     assert sum(r.acked for r in rounds) > n * 10
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["threads", "async"])
+@pytest.mark.parametrize("durability", ["none", "batch"])
+def test_sigkill_rounds_unsynced(tmp_path: Path, mode: str, durability: str) -> None:
+    """durability="none"/"batch": a killed process loses no acknowledged write either —
+    every write is in the page cache when it returns (before session 11 a "none" writer
+    lost what waited in a 1 MiB buffer of the process)."""
+    n = max(ROUNDS // 6, 5)
+    rounds = run_rounds(tmp_path / "store", n, mode, durability=durability)
+    assert sum(r.acked for r in rounds) > n * 10

@@ -13,7 +13,10 @@
         db.compact(); db.stats(); db.check()
 
 Durability: "sync" (put returns once the record is on disk; concurrent writers share
-fdatasyncs), "batch" (fdatasync at most every batch_ms / batch_bytes), "none".
+fdatasyncs), "batch" (fdatasync at most every batch_ms / batch_bytes), "none" (the
+kernel writes back when it likes). With "batch" and "none" every write is in the page
+cache when it returns: a killed process loses nothing, a crash of the machine what was
+not synced yet (stats()["unsynced_bytes"]).
 Format and guarantees: docs/kv-format.md.
 """
 
@@ -275,7 +278,11 @@ class DB:
         memory of the index), index_mapped (1 while the index is still the mapped INDEX
         snapshot), index_verified (1 once that snapshot's checksums have been checked),
         seq, warmed_bytes (segment bytes the background warm-up has read in, see
-        `open(warm=...)`), io_uring, direct, write_syscalls, group_commits."""
+        `open(warm=...)`), io_uring, direct, write_syscalls, mapped_writes (1 when
+        "none"/"batch" writes are copied into the active segment's shared mapping rather
+        than written with pwrite), unsynced_bytes (handed to the kernel but not yet
+        fdatasynced: what a crash of the machine, not of the process, could lose),
+        group_commits."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:

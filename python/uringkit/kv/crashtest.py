@@ -1,12 +1,13 @@
 """The SIGKILL crash harness for xkv, shared by the test suite (tests/kv/test_crash.py,
 30+ rounds in CI) and `benches/kv_crash.py` (as many rounds as asked).
 
-A writer process puts with durability="sync", logging an intent before each operation
-and an acknowledgement after it returns, and is SIGKILLed at a random moment (some
-rounds during compaction). The store is then reopened and checked: every acknowledged
-write is there with its exact value, no acknowledged delete has come back, nothing with
-a bad CRC is served, and the one operation each writer had in flight at the kill either
-landed whole or not at all (a batch all or nothing).
+A writer process puts with durability="sync" (or "batch"/"none": a killed process
+loses nothing they acknowledged either — only a crash of the machine could), logging an
+intent before each operation and an acknowledgement after it returns, and is SIGKILLed
+at a random moment (some rounds during compaction). The store is then reopened and
+checked: every acknowledged write is there with its exact value, no acknowledged delete
+has come back, nothing with a bad CRC is served, and the one operation each writer had
+in flight at the kill either landed whole or not at all (a batch all or nothing).
 
 Two writers: "threads" (one blocking writer, puts/deletes/batches/compactions on 400
 keys) and "async" (eight asyncio tasks on the event loop's group commit, each on its own
@@ -38,6 +39,7 @@ from uringkit import kv
 path, seed = sys.argv[1], int(sys.argv[2])
 log = os.fdopen(int(sys.argv[3]), "w", buffering=1)
 direct = sys.argv[4] == "direct"
+durability = sys.argv[5]
 def line(ops):
     return " ".join(k.hex() + ":" + ("-" if v is None else v.hex()) for k, v in ops)
 """
@@ -46,7 +48,7 @@ THREAD_WRITER = (
     _LOG
     + r"""
 rng = random.Random(seed)
-db = kv.open(path, durability="sync", segment_size=64 << 10, direct=direct)
+db = kv.open(path, durability=durability, segment_size=64 << 10, direct=direct)
 i = 0
 while True:
     i += 1
@@ -105,7 +107,9 @@ async def task(db, t):
         log.write("A %d %s\n" % (t, line(ops)))
 
 async def main():
-    async with kv.open_async(path, segment_size=64 << 10, direct=direct) as db:
+    async with kv.open_async(
+        path, durability, segment_size=64 << 10, direct=direct
+    ) as db:
         await asyncio.gather(*(task(db, t) for t in range(8)))
 
 asyncio.run(main())
@@ -139,14 +143,14 @@ def _parse(text: str) -> Ops:
 
 
 def kill_writer(
-    path: Path, seed: int, mode: str, direct: bool = False
+    path: Path, seed: int, mode: str, direct: bool = False, durability: str = "sync"
 ) -> tuple[list[Ops], dict[str, Ops]]:
     """Run a writer for a random 0.15-0.8 s, SIGKILL it; return what it acknowledged (in
     order) and, per writer task, the operation it had in flight."""
     r, w = os.pipe()
     how = "direct" if direct else "buffered"
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITERS[mode], str(path), str(seed), str(w), how],
+        [sys.executable, "-c", WRITERS[mode], str(path), str(seed), str(w), how, durability],
         pass_fds=(w,),
         stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
@@ -210,18 +214,22 @@ def run_rounds(
     mode: str = "threads",
     on_round: Callable[[Round], None] | None = None,
     direct: bool = False,
+    durability: str = "sync",
 ) -> list[Round]:
     """Kill and check `rounds` times on one store (each round builds on the last);
-    `direct`: the writer appends with O_DIRECT. Raises CrashCheckFailed at the first
+    `direct`: the writer appends with O_DIRECT; `durability`: the writer's (the same
+    promises hold for all three under SIGKILL). Raises CrashCheckFailed at the first
     broken promise."""
     if mode not in WRITERS:
         raise ValueError(f"mode={mode!r}: use one of {sorted(WRITERS)}")
+    if durability not in ("sync", "batch", "none"):
+        raise ValueError(f"durability={durability!r}: use sync, batch or none")
     model: Model = {}
     done: list[Round] = []
     for seed in range(rounds):
         t = time.perf_counter()
         rnd = Round(seed)
-        acked, pending = kill_writer(path, seed, mode, direct)
+        acked, pending = kill_writer(path, seed, mode, direct, durability)
         for ops in acked:
             model.update(ops)
         rnd.acked = len(acked)

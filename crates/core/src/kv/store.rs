@@ -83,6 +83,57 @@ pub struct Recovery {
     pub elapsed: Duration,
 }
 
+/// What a segment's mapping is (see `Segment`'s fields).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mapping {
+    Read,
+    Mirror,
+    Writable,
+}
+
+/// How the active segment is written: O_DIRECT with an in-memory mirror, through a
+/// writable mapping of the file (`"none"`/`"batch"` where the filesystem allows it), or
+/// with pwrite.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ActiveKind {
+    Mirrored,
+    Mapped,
+    Plain,
+}
+
+impl ActiveKind {
+    fn for_store(dir: &Path, opts: &Options) -> ActiveKind {
+        if opts.direct {
+            return ActiveKind::Mirrored;
+        }
+        let off = std::env::var_os("URINGKIT_KV_MAPPED").is_some_and(|v| v == "0");
+        if opts.durability == Durability::Sync || off || !mapped_writes_safe(dir) {
+            return ActiveKind::Plain;
+        }
+        ActiveKind::Mapped
+    }
+}
+
+/// Whether stores through a shared mapping of a file in `dir` can be made fault-free by
+/// allocating the file's blocks first (fallocate): ext4 and XFS map a store into an
+/// allocated (unwritten) extent without allocating anything, tmpfs allocates the pages
+/// at fallocate. Elsewhere — btrfs and other copy-on-write filesystems reserve space
+/// at the first store into each page and answer a full disk with SIGBUS; network and
+/// FUSE filesystems may fail a page's write-back silently — records are written with
+/// pwrite.
+fn mapped_writes_safe(dir: &Path) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const TMPFS: i64 = 0x0102_1994;
+    let Ok(c) = cpath(dir) else { return false };
+    // SAFETY: statfs of a valid path into a zeroed buffer.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 {
+        return false;
+    }
+    matches!(fs.f_type as i64, EXT4 | XFS | TMPFS)
+}
+
 pub struct Segment {
     pub fd: i32,
     pub size: AtomicU64,
@@ -98,6 +149,10 @@ pub struct Segment {
     map_base: usize,
     /// The mapping is that anonymous mirror (written by the appender).
     mirror: bool,
+    /// The mapping is a shared *writable* mapping of the file: the appender of a
+    /// `"none"`/`"batch"` store writes records straight into it (into the page cache,
+    /// where they survive the process: see `Appender::set_target`).
+    writable: bool,
     /// Every record in it was CRC-checked by this process (scanned at open) or written by
     /// it: reads then check only that the record holds the key. Segments known only from
     /// the index snapshot or a hint file have each record's CRC checked the first time
@@ -111,9 +166,11 @@ pub struct Segment {
     checked: OnceLock<Box<[AtomicU64]>>,
 }
 
-// SAFETY: the mapping is read-only and shared; it lives as long as the Segment.
+// SAFETY: the mapping is shared and lives as long as the Segment; only the appender
+// writes it (the mirror, or a writable file mapping), under the store's commit lock,
+// and only bytes past every record the index publishes.
 unsafe impl Send for Segment {}
-// SAFETY: see above; concurrent reads of a read-only mapping are fine.
+// SAFETY: see above; readers only read published records, which nothing writes again.
 unsafe impl Sync for Segment {}
 
 impl Segment {
@@ -124,7 +181,26 @@ impl Segment {
         let len = reserve.map(|r| size.max(r) as usize).unwrap_or(0);
         // a shared read-only mapping of the file
         let map = map_or_null(len, libc::PROT_READ, libc::MAP_SHARED, fd);
-        Self::with_map(fd, size, dead, map, len, 0, false)
+        Self::with_map(fd, size, dead, map, len, 0, Mapping::Read)
+    }
+
+    /// An active segment the appender writes through its mapping (shared, read-write,
+    /// `reserve` bytes: the segment's capacity). Null mapping (mmap failed): the
+    /// appender falls back to pwrite.
+    fn writable(fd: i32, size: u64, dead: u64, reserve: u64) -> Arc<Segment> {
+        let len = size.max(reserve) as usize;
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let map = map_or_null(len, prot, libc::MAP_SHARED, fd);
+        Self::with_map(fd, size, dead, map, len, 0, Mapping::Writable)
+    }
+
+    /// A new active segment: mirrored (O_DIRECT), written through its mapping, or plain.
+    fn active(fd: i32, size: u64, dead: u64, reserve: u64, kind: ActiveKind) -> Arc<Segment> {
+        match kind {
+            ActiveKind::Mirrored => Self::mirrored(fd, size, dead, reserve),
+            ActiveKind::Mapped => Self::writable(fd, size, dead, reserve),
+            ActiveKind::Plain => Self::new(fd, size, dead, Some(reserve)),
+        }
     }
 
     /// The active segment of an O_DIRECT store: direct writes bypass the page cache, so
@@ -142,7 +218,7 @@ impl Segment {
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
         );
-        Self::with_map(fd, size, dead, map, len, base, true)
+        Self::with_map(fd, size, dead, map, len, base, Mapping::Mirror)
     }
 
     fn with_map(
@@ -152,7 +228,7 @@ impl Segment {
         map: *const u8,
         len: usize,
         base: usize,
-        mirror: bool,
+        kind: Mapping,
     ) -> Arc<Segment> {
         Arc::new(Segment {
             fd,
@@ -161,7 +237,8 @@ impl Segment {
             map,
             map_len: if map.is_null() { 0 } else { len },
             map_base: base,
-            mirror: mirror && !map.is_null(),
+            mirror: kind == Mapping::Mirror && !map.is_null(),
+            writable: kind == Mapping::Writable && !map.is_null(),
             verified: std::sync::atomic::AtomicBool::new(true),
             checked: OnceLock::new(),
         })
@@ -206,15 +283,43 @@ impl Segment {
         if !self.mirror {
             return;
         }
+        self.write_at(off, data);
+    }
+
+    /// A writable file mapping (see `writable`): copy `data` into the file at `off`
+    /// through it. False (nothing written) when this segment has no such mapping or the
+    /// range lies beyond it. The caller makes sure the file covers the range (it was
+    /// allocated with fallocate): a store into a page past the end of the file would
+    /// raise SIGBUS.
+    pub(crate) fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Bytes the mapping covers.
+    pub(crate) fn map_capacity(&self) -> usize {
+        self.map_len
+    }
+
+    pub(crate) fn map_write(&self, off: u64, data: &[u8]) -> bool {
+        if !self.writable || off as usize + data.len() > self.map_len {
+            return false;
+        }
+        self.write_at(off, data);
+        true
+    }
+
+    fn write_at(&self, off: u64, data: &[u8]) {
         let Some(rel) = (off as usize).checked_sub(self.map_base) else {
             return;
         };
         if rel + data.len() > self.map_len {
             return; // beyond the reserve: those records are read with pread
         }
-        // SAFETY: [rel, rel+len) lies inside our writable anonymous mapping; readers only
-        // read records already indexed, which lie before `off` (appends go past every
-        // published record), so no reader looks at these bytes while they are written.
+        // SAFETY: [rel, rel+len) lies inside our writable mapping (the anonymous mirror,
+        // or the file mapping, whose file the appender has extended past it); readers
+        // only read records already indexed, which lie before `off` (appends go past
+        // every published record), so no reader looks at these bytes while they are
+        // written.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), (self.map as *mut u8).add(rel), data.len())
         };
@@ -404,6 +509,8 @@ pub struct Store {
     /// `relay_one`.
     waiting: AtomicUsize,
     pub recovery: Recovery,
+    /// How active segments are written (decided at open).
+    active_kind: ActiveKind,
 }
 
 /// `mmap(len, prot, flags, fd, 0)`, or null when `len` is 0 or the mapping fails (the
@@ -590,6 +697,7 @@ impl Store {
             fs::create_dir_all(dir)?;
         }
         let lock_fd = open_fd(&dir.join("LOCK"), libc::O_RDWR | libc::O_CREAT)?;
+        let kind = ActiveKind::for_store(dir, &opts);
         // SAFETY: flock on our fd; the lock dies with the process.
         if unsafe { libc::flock(lock_fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             // SAFETY: fd is ours.
@@ -704,8 +812,7 @@ impl Store {
             .map(|(id, fd, size, scanned)| {
                 let d = dead.get(&id).copied().unwrap_or(0).min(size);
                 let seg = match Some(id) == newest {
-                    true if opts.direct => Segment::mirrored(fd, size, d, opts.segment_size),
-                    true => Segment::new(fd, size, d, Some(opts.segment_size)),
+                    true => Segment::active(fd, size, d, opts.segment_size, kind),
                     false => Segment::new(fd, size, d, Some(0)),
                 };
                 seg.verified.store(scanned, Ordering::Relaxed);
@@ -724,11 +831,7 @@ impl Store {
                         return Err(e);
                     }
                 };
-                let seg = if opts.direct {
-                    Segment::mirrored(fd, 0, 0, opts.segment_size)
-                } else {
-                    Segment::new(fd, 0, 0, Some(opts.segment_size))
-                };
+                let seg = Segment::active(fd, 0, 0, opts.segment_size, kind);
                 segs.insert(id, seg);
                 fsync_dir(dir)?;
                 id
@@ -751,8 +854,8 @@ impl Store {
             }
         };
         let mut appender = appender;
-        if opts.direct {
-            appender.set_mirror(Some(act.clone()));
+        if kind != ActiveKind::Plain {
+            appender.set_active(Some(act.clone()));
         }
         rec.elapsed = t0.elapsed();
         let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
@@ -798,6 +901,7 @@ impl Store {
             compacting: Mutex::new(()),
             reader: Mutex::new(None),
             recovery: rec,
+            active_kind: kind,
             opts,
         })
     }
@@ -1744,11 +1848,12 @@ impl Store {
         }
     }
 
-    /// durability "none"/"batch": apply ops only if that cannot block — the write buffer
-    /// has room, no flush, sync or segment roll is due, and nobody holds the writer lock.
+    /// durability "none"/"batch": apply ops only if that cannot block — they go through
+    /// the active segment's writable mapping into file space already allocated (no
+    /// system call), no sync or segment roll is due, and nobody holds the writer lock.
     /// Returns false (nothing done) otherwise: the caller then takes the normal path
     /// (for Python: with the GIL released). Lets many threads put without a GIL hand-off
-    /// per put.
+    /// per put, and an event loop put without leaving its thread.
     pub fn write_nonblocking(
         &self,
         ops: &[(&[u8], Option<&[u8]>)],
@@ -1769,14 +1874,17 @@ impl Store {
             }
             _ => false,
         };
-        if c.leader
-            || due
-            || c.wbuf.len() + len >= 1 << 20
-            || end + len as u64 > self.opts.segment_size
-        {
+        // Only a store into allocated, mapped file space cannot block (beyond a page
+        // fault): a pwrite, a fallocate or a sync goes the normal way.
+        let mapped_room = c
+            .appender
+            .as_ref()
+            .is_some_and(|a| a.stores_inline(end, len));
+        if c.leader || due || !mapped_room || end + len as u64 > self.opts.segment_size {
             return Ok(false);
         }
         self.buffer_locked(&mut c, ops, atomic && ops.len() > 1)?;
+        self.flush_locked(&mut c, false)?;
         Ok(true)
     }
 
@@ -1799,9 +1907,9 @@ impl Store {
         Ok(())
     }
 
-    /// durability "none"/"batch": records go to an in-memory write buffer (indexed at their
-    /// future file offsets) that is written when it reaches 1 MiB, when a sync is due, or
-    /// when a reader needs one of its records.
+    /// durability "none"/"batch": records are encoded into the write buffer, indexed at
+    /// their file offsets and handed to the kernel before this returns (through the
+    /// segment's mapping, or with pwrite); an fdatasync follows when one is due.
     fn write_buffered(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
         let mut c = self.commit.lock().expect("commit");
         while c.leader {
@@ -1828,9 +1936,10 @@ impl Store {
             }
             _ => false,
         };
-        if due || c.wbuf.len() >= 1 << 20 {
-            self.flush_locked(&mut c, due)?;
-        }
+        // Every write goes to the kernel before it returns (into the page cache through
+        // the segment's mapping, or with pwrite): a process that dies loses nothing it
+        // was told is written — LevelDB's and RocksDB's promise for unsynced writes.
+        self.flush_locked(&mut c, due)?;
         Ok(())
     }
 
@@ -1879,6 +1988,7 @@ impl Store {
                 drop(st);
                 // SAFETY: fd is the active segment, open for writing.
                 unsafe { libc::ftruncate(fd, off as i64) };
+                app.truncated(off);
                 let mut st = self.state.write().expect("state");
                 for (at, len, old) in c.undo.drain(..).rev() {
                     let k = &data[at..at + len as usize];
@@ -1892,7 +2002,7 @@ impl Store {
                     }
                 }
                 let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
-                    " (the disk is full; unflushed writes were dropped, the store is still                      readable)"
+                    " (the disk is full; this write was not stored, the store is still readable)"
                 } else {
                     ""
                 };
@@ -1928,6 +2038,7 @@ impl Store {
             // Whatever part reached the file is garbage: cut it off again.
             // SAFETY: seg.fd is open for writing.
             unsafe { libc::ftruncate(seg.fd, off as i64) };
+            app.truncated(off);
             let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
                 " (the disk is full; the store is still readable)"
             } else {
@@ -1975,14 +2086,16 @@ impl Store {
             }
             Segment::mirrored(fd, 0, 0, self.opts.segment_size)
         } else {
-            Segment::new(fd, 0, 0, Some(self.opts.segment_size))
+            Segment::active(fd, 0, 0, self.opts.segment_size, self.active_kind)
         };
         st.segs.insert(id, seg.clone());
         st.active = id;
         drop(st);
         fsync_dir(&self.dir)?;
         app.set_fd(fd)?;
-        app.set_mirror(Some(seg.clone()));
+        if self.active_kind != ActiveKind::Plain {
+            app.set_active(Some(seg.clone()));
+        }
         Ok((id, seg))
     }
 
@@ -2608,11 +2721,14 @@ impl Store {
     // ----- introspection ---------------------------------------------------------------
 
     pub fn stats(&self) -> Vec<(String, u64)> {
-        let (uring, syscalls) = {
+        let (uring, syscalls, mapped, unsynced) = {
             let c = self.commit.lock().expect("commit");
+            let a = c.appender.as_ref();
             (
-                c.appender.as_ref().map(|a| a.uring as u64).unwrap_or(0),
-                c.appender.as_ref().map(|a| a.syscalls).unwrap_or(0),
+                a.map(|a| a.uring as u64).unwrap_or(0),
+                a.map(|a| a.syscalls).unwrap_or(0),
+                a.map(|a| a.mapped() as u64).unwrap_or(0),
+                c.unsynced,
             )
         };
         let st = self.state.read().expect("state");
@@ -2643,6 +2759,11 @@ impl Store {
             ("io_uring".into(), uring),
             ("direct".into(), self.opts.direct as u64),
             ("write_syscalls".into(), syscalls),
+            // 1 when appends are copied into the active segment's shared mapping
+            ("mapped_writes".into(), mapped),
+            // written (in the page cache) but not yet fdatasynced: what a crash of the
+            // machine could lose ("none"/"batch"); a crash of the process loses nothing
+            ("unsynced_bytes".into(), unsynced),
             (
                 "group_commits".into(),
                 self.group_commits.load(Ordering::Relaxed),
