@@ -313,6 +313,66 @@ def test_torn_tail_warning(tmp_path: Path) -> None:
     assert any("torn tail of 17 bytes" in str(x.message) for x in w)
 
 
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_zero_tail_of_an_older_segment_is_not_corruption(tmp_path: Path, durability: str) -> None:
+    """A segment's zero tail — the appender's pre-fill ("sync") or fallocate ("none"),
+    cut off at the roll by an ftruncate a crash of the machine may undo — is cut off
+    silently at open, in older segments too; anything non-zero after the last record of
+    an older segment is still corruption."""
+    p = tmp_path / "db"
+    with kv.open(p, durability=durability, segment_size=64 << 10) as db:
+        for i in range(2000):
+            db.put(b"k%d" % i, b"v" * 100)
+    (p / "INDEX").unlink()  # a full scan of every segment
+    first = p / "00000001.seg"
+    size = first.stat().st_size
+    with open(first, "ab") as f:
+        f.write(bytes(200_000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no torn-tail warning either
+        with kv.open(p) as db:
+            assert len(db) == 2000 and db.get(b"k0") == b"v" * 100
+            assert db.recovery["torn_bytes"] == 0
+    assert first.stat().st_size == size
+    (p / "INDEX").unlink()
+    with open(first, "ab") as f:
+        f.write(bytes(1000) + b"junk" + bytes(100))
+    with pytest.raises(OSError, match=r"00000001\.seg: corrupt record at offset"):
+        kv.open(p)
+
+
+def test_killed_writer_leaves_no_torn_tail_after_its_allocated_space(tmp_path: Path) -> None:
+    """A "none" store's active segment is allocated 4 MiB ahead of its records; after the
+    writer is SIGKILLed, reopening cuts that zero space off silently (no torn bytes, no
+    warning) and writes continue right after the last record."""
+    import signal
+    import subprocess
+    import sys
+
+    p = tmp_path / "db"
+    code = (
+        "import sys\nfrom uringkit import kv\n"
+        "db = kv.open(sys.argv[1], durability='none')\n"
+        "for i in range(500):\n    db.put(b'k%d' % i, b'v' * 50)\n"
+        "print('ok', flush=True)\nimport time; time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ok"
+    seg = sorted(p.glob("*.seg"))[-1]
+    alive = seg.stat().st_size  # 4 MiB where the writes go through the mapping
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with kv.open(p, durability="none") as db:
+            assert db.recovery["torn_bytes"] == 0 and len(db) == 500
+            end = seg.stat().st_size
+            assert end <= alive and end < 500 * 100  # the allocated tail is gone
+            db.put(b"after", b"kill")
+    with kv.open(p) as db:
+        assert db.get(b"after") == b"kill" and db.get(b"k499") == b"v" * 50
+
+
 def test_corruption_elsewhere_names_file_and_offset(tmp_path: Path) -> None:
     p = tmp_path / "db"
     with kv.open(p, segment_size=64 << 10) as db:

@@ -538,6 +538,81 @@ fn will_need(fd: i32, off: usize, len: usize) {
     }
 }
 
+/// `lseek(fd, from, whence)` for SEEK_DATA/SEEK_HOLE: Ok(None) when there is no data
+/// from `from` on (ENXIO); an error where the filesystem cannot say.
+fn seek_region(fd: i32, from: u64, whence: i32) -> io::Result<Option<u64>> {
+    // SAFETY: lseek on an open fd only moves its offset (nothing else here uses it: all
+    // reads and writes of segments are positioned).
+    let r = unsafe { libc::lseek(fd, from as i64, whence) };
+    if r >= 0 {
+        return Ok(Some(r as u64));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENXIO) => Ok(None),
+        _ => Err(e),
+    }
+}
+
+/// Bytes from `end` up to and including the file's last non-zero byte before `size` (0:
+/// nothing but zeros). Only the file's data regions are read (SEEK_DATA/SEEK_HOLE): the
+/// range an appender allocated ahead with fallocate and never wrote is a hole there and
+/// costs nothing — reading it through a mapping would make the kernel create and zero a
+/// page-cache page for each of its pages (4 MiB: ~1,000 pages) just to find zeros.
+fn garbage_after(fd: i32, end: u64, size: u64) -> io::Result<u64> {
+    let mut last: Option<u64> = None;
+    let mut pos = end;
+    let mut buf = vec![0u8; 1 << 16];
+    while pos < size {
+        // (a filesystem that cannot tell holes: all of it is data)
+        let d = match seek_region(fd, pos, libc::SEEK_DATA) {
+            Ok(None) => break,
+            Ok(Some(d)) => d,
+            Err(_) => pos,
+        };
+        if d >= size {
+            break;
+        }
+        let h = match seek_region(fd, d, libc::SEEK_HOLE) {
+            Ok(Some(h)) => h.min(size),
+            _ => size,
+        };
+        let mut at = d;
+        while at < h {
+            let n = buf.len().min((h - at) as usize);
+            let got = pread_exact(fd, &mut buf[..n], at)?;
+            if let Some(p) = last_nonzero(&buf[..got]) {
+                last = Some(at + p as u64);
+            }
+            if got < n {
+                break;
+            }
+            at += n as u64;
+        }
+        pos = h.max(pos + 1);
+    }
+    Ok(last.map(|p| p + 1 - end).unwrap_or(0))
+}
+
+/// Index of the last non-zero byte (whole 4 KiB blocks tested a word at a time first).
+fn last_nonzero(b: &[u8]) -> Option<usize> {
+    let mut hi = b.len();
+    while hi > 0 {
+        let lo = hi.saturating_sub(4096);
+        let block = &b[lo..hi];
+        let words = block.chunks_exact(8);
+        let rest = words.remainder().iter().fold(0u8, |a, &x| a | x);
+        let any = words.fold(0u64, |a, w| {
+            a | u64::from_ne_bytes(w.try_into().expect("8"))
+        });
+        if any != 0 || rest != 0 {
+            return block.iter().rposition(|&x| x != 0).map(|p| lo + p);
+        }
+        hi = lo;
+    }
+    None
+}
+
 /// `MemAvailable` from /proc/meminfo, in bytes.
 fn mem_available() -> Option<u64> {
     let text = fs::read_to_string("/proc/meminfo").ok()?;
@@ -588,21 +663,23 @@ struct ReadMap {
 
 impl ReadMap {
     /// Map `len` bytes of `fd`. `from`: only bytes from there on will be read — the
-    /// mapping is populated (read ahead in one go) from that page on, not before it.
-    fn new(fd: i32, len: usize, from: usize) -> io::Result<ReadMap> {
+    /// mapping is populated (read ahead in one go) from that page on, not before it, up
+    /// to `until`.
+    fn new(fd: i32, len: usize, from: usize, until: usize) -> io::Result<ReadMap> {
         if len == 0 {
             return Ok(ReadMap {
                 ptr: std::ptr::null(),
                 len: 0,
             });
         }
+        let whole = from == 0 && until >= len;
         // SAFETY: mapping `len` bytes of an open fd read-only; checked for MAP_FAILED.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ,
-                if from == 0 {
+                if whole {
                     libc::MAP_PRIVATE | libc::MAP_POPULATE
                 } else {
                     libc::MAP_PRIVATE
@@ -614,15 +691,16 @@ impl ReadMap {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        if from > 0 {
+        if !whole {
             let start = from / 4096 * 4096;
-            if start < len {
-                // SAFETY: [start, len) lies inside the mapping just made; WILLNEED only
+            let stop = until.min(len);
+            if start < stop {
+                // SAFETY: [start, stop) lies inside the mapping just made; WILLNEED only
                 // starts read-ahead.
                 unsafe {
                     libc::madvise(
                         p.cast::<u8>().add(start).cast(),
-                        len - start,
+                        stop - start,
                         libc::MADV_WILLNEED,
                     )
                 };
@@ -958,7 +1036,13 @@ impl Store {
         let size = st.st_size as u64;
         // Parse the segment in place through a read-only mapping (no copy of the file).
         // (from > 0: only the tail after the index snapshot is read, not the whole file)
-        let map = ReadMap::new(fd, size as usize, from as usize)?;
+        // (read ahead only up to the first hole: past it lies what the appender allocated
+        // and never wrote, if anything)
+        let until = match seek_region(fd, from, libc::SEEK_HOLE) {
+            Ok(Some(h)) => h.min(size),
+            _ => size,
+        };
+        let map = ReadMap::new(fd, size as usize, from as usize, until as usize)?;
         let data: &[u8] = map.bytes();
         let mut off = from as usize;
         let mut max_seq = 0u64;
@@ -1025,8 +1109,11 @@ impl Store {
                 Err(e) => Some(format!("{e:?}")),
             };
             if let Some(why) = bad {
-                if newest {
-                    break; // torn tail: truncated below
+                // torn tail: truncated below. In an older segment only a tail of zeros
+                // is not corruption: the appender's pre-fill or fallocate, whose cut at
+                // the roll a crash of the machine undid.
+                if newest || garbage_after(fd, off as u64, size)? == 0 {
+                    break;
                 }
                 if !repair {
                     return Err(err(
@@ -1075,27 +1162,26 @@ impl Store {
             *dead.entry(id).or_default() += batch.iter().map(|b| b.4).sum::<u64>();
         }
         drop(map); // unmap before truncating the file under it
-        if newest && (end as u64) < size {
-            // A zero-filled tail is the appender's pre-fill (a crash before it was cut off),
-            // not a torn write: only non-zero bytes beyond the last record count as torn.
-            let map2 = ReadMap::new(fd, size as usize, end.max(1))?;
-            let tail = &map2.bytes()[end..];
-            let garbage = tail
-                .iter()
-                .rposition(|&b| b != 0)
-                .map(|p| p + 1)
-                .unwrap_or(0);
-            drop(map2);
+        if (end as u64) < size {
+            // A zero-filled tail is the appender's pre-fill or fallocate (a crash before
+            // it was cut off), not a torn write: only non-zero bytes beyond the last
+            // record count as torn.
+            let garbage = garbage_after(fd, end as u64, size)?;
             if garbage > 0 {
-                rec.torn_bytes += garbage as u64;
+                rec.torn_bytes += garbage;
                 rec.torn_segment = Some(path.display().to_string());
             }
             // SAFETY: fd is open for writing.
             if unsafe { libc::ftruncate(fd, end as i64) } != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // SAFETY: fd is open.
-            unsafe { libc::fdatasync(fd) };
+            // Torn bytes that came back after another crash would be cut again, with
+            // another warning: make the cut durable. A zero tail that came back is cut
+            // silently — no fdatasync (a journal commit, ~1 ms) for it.
+            if garbage > 0 {
+                // SAFETY: fd is open.
+                unsafe { libc::fdatasync(fd) };
+            }
         }
         Ok((end as u64, max_seq))
     }
@@ -2866,6 +2952,40 @@ mod tests {
             segment_size: 64 << 10,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn garbage_after_reads_data_regions_only() {
+        // last_nonzero on its own: whole blocks, remainders, nothing
+        let mut b = vec![0u8; 10_000];
+        assert_eq!(last_nonzero(&b), None);
+        b[3] = 1;
+        assert_eq!(last_nonzero(&b), Some(3));
+        b[9_999] = 7;
+        assert_eq!(last_nonzero(&b), Some(9_999));
+        b[9_999] = 0;
+        b[8_191] = 2;
+        assert_eq!(last_nonzero(&b), Some(8_191));
+        // a file: 100 bytes of records, 4 MiB allocated ahead (a hole to SEEK_DATA on
+        // ext4/XFS, zeros to a read), then junk written into it further on
+        let d = tempfile::tempdir().unwrap();
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(d.path().join("seg"))
+            .unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        crate::sys::fileio::pwrite_all(fd, &[9u8; 100], 0).unwrap();
+        // SAFETY: fallocate on our open file.
+        let allocated = unsafe { libc::fallocate(fd, 0, 100, 4 << 20) } == 0;
+        let size = if allocated { 100 + (4 << 20) } else { 100 };
+        assert_eq!(garbage_after(fd, 100, size).unwrap(), 0);
+        crate::sys::fileio::pwrite_all(fd, b"junk", 200_000).unwrap();
+        let size = size.max(200_004);
+        assert_eq!(garbage_after(fd, 100, size).unwrap(), 200_004 - 100);
+        assert_eq!(garbage_after(fd, 200_004, size).unwrap(), 0);
     }
 
     #[test]
