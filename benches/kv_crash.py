@@ -61,6 +61,7 @@ def main() -> int:
     summary = {
         "mode": a.mode,
         "direct": a.direct,
+        "durability": a.durability,
         "rounds": len(rounds),
         "acknowledged_ops": sum(r.acked for r in rounds),
         "in_flight_at_kill": sum(r.in_flight for r in rounds),
