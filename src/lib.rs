@@ -8,6 +8,7 @@ mod convert;
 mod int;
 mod kv;
 mod libaio;
+mod net;
 mod ring;
 mod sys;
 
@@ -24,6 +25,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::BufferView>()?;
     m.add_class::<kv::KvStore>()?;
     m.add_class::<libaio::LibaioContext>()?;
+    m.add_class::<net::EchoServer>()?;
+    m.add_function(wrap_pyfunction!(net::echo_load, m)?)?;
     m.add_function(wrap_pyfunction!(ring::op_table, m)?)?;
     m.add_function(wrap_pyfunction!(bench::run_job, m)?)?;
     sys::register(m)?;

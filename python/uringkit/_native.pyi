@@ -25,6 +25,7 @@ __all__ = [
     "BufferRing",
     "BufferView",
     "Completion",
+    "EchoServer",
     "Fixed",
     "KvStore",
     "LibaioContext",
@@ -33,6 +34,7 @@ __all__ = [
     "block_io_uring",
     "block_syscalls",
     "dio_alignment",
+    "echo_load",
     "kernel_release",
     "libaio_check",
     "memlock_limit",
@@ -795,3 +797,28 @@ class LibaioContext:
     @property
     def eventfd(self) -> int: ...
     def close(self) -> None: ...
+
+@final
+class EchoServer:
+    def __new__(
+        cls,
+        fd: int,
+        zero_copy: bool = False,
+        buffers: int = 2048,
+        buffer_size: int = 4096,
+        max_connections: int = 4096,
+        fixed_files: bool = True,
+    ) -> Self: ...
+    def stop(self) -> None: ...
+    @property
+    def running(self) -> bool: ...
+    def stats(self) -> dict[str, int]: ...
+
+def echo_load(
+    host: str,
+    port: int,
+    connections: int = 64,
+    size: int = 4096,
+    seconds: float = 2.0,
+    warmup: float = 0.5,
+) -> dict[str, float]: ...

@@ -62,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the xkv store: put/get/delete/scan/compact/check/stats/bench (uringkit kv --help)",
         add_help=False,
     )
+    sub.add_parser(
+        "net",
+        help="the io_uring echo server and its benchmark against asyncio and uvloop "
+        "(uringkit net --help)",
+        add_help=False,
+    )
     return p
 
 
@@ -76,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         from .kv.cli import main as kv_main
 
         return kv_main(argv[1:])
+    if argv and argv[0] == "net":
+        from .net.cli import main as net_main
+
+        return net_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -17,3 +17,4 @@ pub use ring::{Done, Ring, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};
 pub mod bench;
 pub mod engine;
 pub mod kv;
+pub mod net;
