@@ -6,6 +6,7 @@
         async for line in f: ...
     await aio.os.rename("a", "b")
     blocks = await aio.read_many("data.bin", [(0, 4096), (1 << 20, 4096)])
+    data = await aio.sock_recv(conn, 65536)            # sockets too: loop.sock_*'s API
 
 One io_uring per event loop (created on first use), woken through an eventfd; everything
 queued during one loop iteration is submitted in one system call. When io_uring is
@@ -27,6 +28,7 @@ from .._native import AlignedBuffer
 from . import os, tempfile
 from ._backend import get_backend
 from ._file import AsyncFile, AsyncTextFile, _explain_direct, bad_range
+from .sock import sock_accept, sock_connect, sock_recv, sock_recv_into, sock_sendall
 
 __all__ = [
     "AsyncFile",
@@ -38,6 +40,11 @@ __all__ = [
     "tempfile",
     "read_many",
     "write_many",
+    "sock_accept",
+    "sock_connect",
+    "sock_recv",
+    "sock_recv_into",
+    "sock_sendall",
 ]
 
 

@@ -5,9 +5,12 @@ The load is seed 001 §6's: 64 connections, 4 KiB messages, each connection send
 next message once the whole echo is back (closed loop; every echo checked byte for
 byte). Servers run in turn, in several rounds (the order reversed every other round),
 each keeping its best round: this machine is shared and noisy. The load generator runs
-on io_uring in this process; asyncio's and uvloop's servers run in their own process
-(an `asyncio.Protocol` that writes back what it receives: what an asyncio user writes);
-uringkit's serves on a native thread of this process.
+on io_uring in this process. Servers: uringkit / uringkit-zc (the native io_uring
+server, SEND / SEND_ZC, on a thread of this process); aio-sock / aio-sock-uvloop (a
+coroutine per connection on uringkit.aio.sock_recv/sock_sendall, on asyncio's loop /
+uvloop); the incumbents asyncio / uvloop (an asyncio.Protocol that writes back what it
+receives) and asyncio-sock / uvloop-sock (the same coroutines on loop.sock_recv/
+sock_sendall) — each of those in its own process.
 """
 
 from __future__ import annotations
@@ -24,8 +27,17 @@ from rich.table import Table
 
 from . import EchoServer, load
 
-SERVERS = ["uringkit", "uringkit-zc", "asyncio", "uvloop"]
-INCUMBENTS = ["asyncio", "uvloop"]
+SERVERS = [
+    "uringkit",
+    "uringkit-zc",
+    "aio-sock",
+    "aio-sock-uvloop",
+    "asyncio",
+    "uvloop",
+    "asyncio-sock",
+    "uvloop-sock",
+]
+INCUMBENTS = ["asyncio", "uvloop", "asyncio-sock", "uvloop-sock"]
 
 
 def _peer(kind: str) -> tuple[subprocess.Popen[str], int]:
@@ -86,7 +98,7 @@ def run_one(kind: str, a: argparse.Namespace) -> dict[str, float]:
 
 
 def available(kind: str) -> bool:
-    if kind == "uvloop":
+    if "uvloop" in kind:
         try:
             import uvloop  # noqa: F401
         except ImportError:
@@ -94,18 +106,23 @@ def available(kind: str) -> bool:
     return True
 
 
+def _reference(kind: str, inc: list[str]) -> list[str]:
+    """What a server is compared with: aio.sock_* servers with the loop.sock_* ones (the
+    same code, another I/O path); the native server with every incumbent."""
+    if kind.startswith("aio-sock"):
+        return [k for k in inc if k.endswith("-sock")]
+    return inc
+
+
 def table(con: Console, res: dict[str, dict[str, float]], a: argparse.Namespace) -> None:
     inc = [k for k in INCUMBENTS if k in res]
-    best_rps = max((res[k]["requests_per_s"] for k in inc), default=0.0)
-    best_p99 = min((res[k]["p99_us"] for k in inc), default=0.0)
-    best_cpu = min((res[k]["server_cpu_us_per_request"] for k in inc), default=0.0)
     t = Table(
         title=f"uringkit net bench: echo, {a.connections} connections x {a.size} B "
-        f"(ratios against the best of {', '.join(inc) or 'no incumbent'}; > 1: uringkit better)"
+        "(ratios against the best of the incumbents named in 'against'; > 1: better)"
     )
-    cols = ["server", "requests/s", "p50 µs", "p99 µs", "server CPU µs/req", "req/s", "p99", "CPU"]
-    for c in cols:
-        t.add_column(c, justify="left" if c == "server" else "right")
+    cols = ["server", "requests/s", "p50 µs", "p99 µs", "server CPU µs/req"]
+    for c in cols + ["req/s", "p99", "CPU", "against"]:
+        t.add_column(c, justify="left" if c in ("server", "against") else "right")
 
     def ratio(x: float, best: float, higher: bool) -> str:
         if not x or not best:
@@ -113,17 +130,26 @@ def table(con: Console, res: dict[str, dict[str, float]], a: argparse.Namespace)
         return f"{(x / best if higher else best / x):.2f}×"
 
     for k, r in res.items():
-        mine = k not in inc
+        ref = [] if k in inc else _reference(k, inc)
         cpu = r["server_cpu_us_per_request"]
+        cells = ["", "", "", ""]
+        if ref:
+            best_rps = max(res[i]["requests_per_s"] for i in ref)
+            best_p99 = min(res[i]["p99_us"] for i in ref)
+            best_cpu = min(res[i]["server_cpu_us_per_request"] for i in ref)
+            cells = [
+                ratio(r["requests_per_s"], best_rps, True),
+                ratio(r["p99_us"], best_p99, False),
+                ratio(cpu, best_cpu, False),
+                "loop.sock_* servers" if k.startswith("aio-sock") else "every incumbent",
+            ]
         t.add_row(
             k,
             f"{r['requests_per_s']:,.0f}",
             f"{r['p50_us']:.0f}",
             f"{r['p99_us']:.0f}",
             f"{cpu:.1f}",
-            ratio(r["requests_per_s"], best_rps, True) if mine else "",
-            ratio(r["p99_us"], best_p99, False) if mine else "",
-            ratio(cpu, best_cpu, False) if mine else "",
+            *cells,
         )
     con.print(t)
     con.print(

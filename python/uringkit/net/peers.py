@@ -1,8 +1,13 @@
-"""The incumbents `uringkit net bench` measures against: the echo server an asyncio user
-writes (an `asyncio.Protocol` whose `data_received` writes the data back), on asyncio's
-default loop or on uvloop. Run as a subprocess so that it has its own GIL:
+"""The echo servers `uringkit net bench` runs in their own process (own GIL):
 
-    python -m uringkit.net.peers asyncio|uvloop HOST PORT
+- `asyncio`, `uvloop`: what an asyncio user writes — an `asyncio.Protocol` whose
+  `data_received` writes the data back — on asyncio's default loop or on uvloop;
+- `asyncio-sock`, `uvloop-sock`: a coroutine per connection with `loop.sock_accept`,
+  `loop.sock_recv` and `loop.sock_sendall` (readiness from epoll, then the system call);
+- `aio-sock`, `aio-sock-uvloop`: the same coroutines with `uringkit.aio.sock_*` (the
+  operations themselves go through the loop's io_uring), on asyncio's loop or uvloop.
+
+    python -m uringkit.net.peers KIND HOST PORT
 
 It prints the port it listens on, then serves until killed.
 """
@@ -10,6 +15,7 @@ It prints the port it listens on, then serves until killed.
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from typing import cast
 
@@ -31,17 +37,50 @@ async def serve(host: str, port: int) -> None:
         await server.serve_forever()
 
 
+async def serve_sock(host: str, port: int, ring: bool) -> None:
+    """A coroutine per connection on sock_* calls: the loop's, or uringkit.aio's."""
+    loop = asyncio.get_running_loop()
+    if ring:
+        from uringkit import aio
+
+        accept, recv, sendall = aio.sock_accept, aio.sock_recv, aio.sock_sendall
+    else:
+        accept, recv, sendall = loop.sock_accept, loop.sock_recv, loop.sock_sendall
+    ls = socket.create_server((host, port), backlog=1024)
+    ls.setblocking(False)
+    print(ls.getsockname()[1], flush=True)
+
+    async def conn(c: socket.socket) -> None:
+        with c:
+            while data := await recv(c, 65536):
+                await sendall(c, data)
+
+    tasks = set()
+    while True:
+        c, _ = await accept(ls)
+        t = loop.create_task(conn(c))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+
+
+KINDS = ["asyncio", "uvloop", "asyncio-sock", "uvloop-sock", "aio-sock", "aio-sock-uvloop"]
+
+
 def main(argv: list[str]) -> int:
     kind, host, port = argv[0], argv[1], int(argv[2])
-    if kind == "uvloop":
+    if kind not in KINDS:
+        print(f"unknown server {kind!r}: one of {', '.join(KINDS)}", file=sys.stderr)
+        return 2
+    if kind in ("asyncio", "uvloop"):
+        coro = serve(host, port)
+    else:
+        coro = serve_sock(host, port, ring=kind.startswith("aio"))
+    if "uvloop" in kind:
         import uvloop
 
-        uvloop.run(serve(host, port))
-    elif kind == "asyncio":
-        asyncio.run(serve(host, port))
+        uvloop.run(coro)
     else:
-        print(f"unknown server {kind!r}: asyncio or uvloop", file=sys.stderr)
-        return 2
+        asyncio.run(coro)
     return 0
 
 

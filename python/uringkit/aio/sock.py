@@ -1,0 +1,159 @@
+"""Sockets for asyncio through the event loop's io_uring: `loop.sock_*`'s signatures.
+
+    from uringkit import aio
+    conn, addr = await aio.sock_accept(listener)
+    data = await aio.sock_recv(conn, 65536)
+    await aio.sock_sendall(conn, data)
+
+asyncio's `loop.sock_recv` waits for readiness (epoll) and then calls recv(2) itself;
+these submit the RECV/SEND/ACCEPT/CONNECT to the loop's ring (the one `uringkit.aio`'s
+files use): everything a loop iteration queues goes to the kernel in one system call,
+and completions come back in one reap. Where the loop has no ring (io_uring blocked:
+the thread backend), they are `loop.sock_*` — the socket is made non-blocking, as
+asyncio requires. Blocking and non-blocking sockets both work on the ring.
+
+Cancelling the awaiting task cancels the operation in the kernel; a `sock_sendall`
+cancelled midway may have sent part of the data (as asyncio's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import socket
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ._backend import RingBackend, _oserror, get_backend
+
+__all__ = ["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_sendall"]
+
+
+#: receive buffers up to this size are reused (see sock_recv)
+_POOLED = 256 * 1024
+_pools: weakref.WeakKeyDictionary[RingBackend, dict[int, list[bytearray]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _ring() -> RingBackend | None:
+    b = get_backend()
+    return b if isinstance(b, RingBackend) else None
+
+
+def _loop_ready(sock: socket.socket) -> asyncio.AbstractEventLoop:
+    sock.setblocking(False)  # loop.sock_* refuse blocking sockets
+    return asyncio.get_running_loop()
+
+
+async def _io(b: RingBackend, queue: Callable[[int], None], what: str) -> int:
+    r = await b.fast_op(queue)
+    if not isinstance(r, int):  # the Completion of a failed op
+        raise _oserror(r.res, what)
+    return r
+
+
+async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
+    """Up to `nbytes` bytes from `sock`; b"" once the peer has closed."""
+    if nbytes < 0:
+        raise ValueError(f"negative buffersize in recv: {nbytes}")
+    b = _ring()
+    if b is None:
+        return await _loop_ready(sock).sock_recv(sock, nbytes)
+    # Receive buffers are reused (per loop, per size): a fresh bytearray would be
+    # zero-filled on every call — 64 KiB of memset for a 4 KiB message.
+    pool = _pools.setdefault(b, {}).setdefault(nbytes, []) if nbytes <= _POOLED else None
+    buf = pool.pop() if pool else bytearray(nbytes)
+    fd = sock.fileno()
+    # (cancelled: the ring keeps `buf` until the kernel lets go; it is not pooled again)
+    n = await _io(b, lambda ud: b.ring.recv(fd, buf, user_data=ud), "recv")
+    out = bytes(memoryview(buf)[:n])
+    if pool is not None and len(pool) < 64:
+        pool.append(buf)
+    return out
+
+
+async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
+    """Receive into the writable buffer `buf`; the number of bytes (0 at EOF)."""
+    mv = memoryview(buf).cast("B")
+    if mv.readonly:
+        raise TypeError("sock_recv_into() needs a writable buffer (bytearray, memoryview…)")
+    b = _ring()
+    if b is None:
+        return await _loop_ready(sock).sock_recv_into(sock, mv)
+    fd = sock.fileno()
+    return await _io(b, lambda ud: b.ring.recv(fd, mv, user_data=ud), "recv")
+
+
+async def sock_sendall(sock: socket.socket, data: Any) -> None:
+    """Send all of `data` (a bytes-like object), however many sends it takes."""
+    b = _ring()
+    if b is None:
+        await _loop_ready(sock).sock_sendall(sock, data)
+        return
+    mv = memoryview(data).cast("B")
+    fd = sock.fileno()
+    # Most sends find room in the socket's buffer: one non-blocking send(2) then, no
+    # trip through the ring (asyncio's sock_sendall does the same first).
+    try:
+        sent = sock.send(mv, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    while sent < len(mv):
+        sent += await _io(b, functools.partial(_send, b, fd, mv[sent:]), "send")
+
+
+def _send(b: RingBackend, fd: int, part: memoryview, ud: int) -> None:
+    # MSG_NOSIGNAL: a peer that is gone is an EPIPE here, not a SIGPIPE
+    b.ring.send(fd, part, flags=socket.MSG_NOSIGNAL, user_data=ud)
+
+
+async def sock_accept(sock: socket.socket) -> tuple[socket.socket, Any]:
+    """Accept a connection on the listening `sock`: (non-blocking socket, address)."""
+    b = _ring()
+    if b is None:
+        return await _loop_ready(sock).sock_accept(sock)
+    fd = sock.fileno()
+
+    def orphan(c: Any) -> None:  # the task was cancelled after the kernel accepted
+        if c.res >= 0:
+            socket.close(c.res)
+
+    c = await b.op(lambda ud: b.ring.accept(fd, user_data=ud), orphan)
+    if c.res < 0:
+        raise _oserror(c.res, "accept")
+    conn = socket.socket(sock.family, sock.type, sock.proto, fileno=c.res)
+    conn.setblocking(False)
+    try:
+        addr = conn.getpeername()
+    except OSError:  # (already reset by the peer: asyncio would report it on first use)
+        addr = None
+    return conn, addr
+
+
+async def sock_connect(sock: socket.socket, address: Any) -> None:
+    """Connect `sock` to `address` (a host name is resolved first, as asyncio does)."""
+    b = _ring()
+    if b is None:
+        await _loop_ready(sock).sock_connect(sock, address)
+        return
+    if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_ip(address[0]):
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(
+            address[0], address[1], family=sock.family, type=sock.type, proto=sock.proto
+        )
+        if not infos:
+            raise OSError(f"cannot resolve {address[0]!r}")
+        address = infos[0][4]
+    fd = sock.fileno()
+    await _io(b, lambda ud: b.ring.connect(fd, address, user_data=ud), "connect")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,160 @@
+"""uringkit.aio.sock_*: loop.sock_*'s API through the loop's ring (or the loop itself
+where io_uring is blocked), on asyncio's loop and uvloop, with real TCP sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from uringkit import aio
+
+Run = Callable[[Callable[[], Awaitable[Any]]], Any]
+
+
+async def _pair() -> tuple[socket.socket, socket.socket, socket.socket]:
+    ls = socket.create_server(("127.0.0.1", 0))
+    acc = asyncio.ensure_future(aio.sock_accept(ls))
+    cl = socket.socket()
+    await aio.sock_connect(cl, ls.getsockname())
+    conn, addr = await acc
+    assert addr == cl.getsockname()
+    assert conn.getblocking() is False
+    return ls, cl, conn
+
+
+def test_echo_of_every_size(run: Run) -> None:
+    async def main() -> None:
+        ls, cl, conn = await _pair()
+
+        async def echo() -> None:
+            while data := await aio.sock_recv(conn, 65536):
+                await aio.sock_sendall(conn, data)
+            conn.close()
+
+        server = asyncio.ensure_future(echo())
+        for size in (1, 4096, 65537, 3_000_000):  # the last one: many partial sends
+            msg = bytes(i & 0xFF for i in range(size))
+
+            async def read_back(n: int = size) -> bytes:
+                got = bytearray()
+                while len(got) < n:
+                    got += await aio.sock_recv(cl, 1 << 20)
+                return bytes(got)
+
+            reader = asyncio.ensure_future(read_back())
+            await aio.sock_sendall(cl, msg)
+            assert await reader == msg
+        cl.shutdown(socket.SHUT_WR)
+        await server
+        assert await aio.sock_recv(cl, 10) == b""  # the server closed: EOF
+        cl.close()
+        ls.close()
+
+    run(main)
+
+
+def test_recv_into_and_blocking_sockets(run: Run) -> None:
+    async def main() -> None:
+        ls, cl, conn = await _pair()
+        cl.setblocking(True)  # the ring does not care; the loop fallback makes it non-blocking
+        await aio.sock_sendall(conn, b"hello world")
+        buf = bytearray(64)
+        n = await aio.sock_recv_into(cl, buf)
+        assert bytes(buf[:n]) == b"hello world"[:n] and n > 0
+        with pytest.raises(TypeError):
+            await aio.sock_recv_into(cl, b"read-only")
+        with pytest.raises(ValueError, match="negative"):
+            await aio.sock_recv(cl, -1)
+        for s in (cl, conn, ls):
+            s.close()
+
+    run(main)
+
+
+def test_connect_errors_and_host_names(run: Run) -> None:
+    async def main() -> None:
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()  # nobody listens there now
+        with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+            await aio.sock_connect(s, ("127.0.0.1", port))
+        ls = socket.create_server(("127.0.0.1", 0))
+        with socket.socket() as s:
+            await aio.sock_connect(s, ("localhost", ls.getsockname()[1]))
+            assert s.getpeername() == ls.getsockname()
+        ls.close()
+
+    run(main)
+
+
+def test_cancelled_recv_leaves_the_socket_usable(run: Run) -> None:
+    async def main() -> None:
+        ls, cl, conn = await _pair()
+        pending = asyncio.ensure_future(aio.sock_recv(cl, 100))
+        await asyncio.sleep(0.05)  # the recv is in the kernel now, waiting
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        await aio.sock_sendall(conn, b"after the cancel")
+        assert await aio.sock_recv(cl, 100) == b"after the cancel"
+        for s in (cl, conn, ls):
+            s.close()
+
+    run(main)
+
+
+def test_send_to_a_vanished_peer_raises(run: Run) -> None:
+    async def main() -> None:
+        ls, cl, conn = await _pair()
+        cl.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        cl.close()  # reset
+        await asyncio.sleep(0.05)
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            for _ in range(100):
+                await aio.sock_sendall(conn, b"x" * 65536)
+        conn.close()
+        ls.close()
+
+    run(main)
+
+
+def test_many_connections_at_once(run: Run) -> None:
+    """64 clients, each 20 round trips, against one server task per connection."""
+
+    async def main() -> None:
+        ls = socket.create_server(("127.0.0.1", 0), backlog=128)
+
+        async def handle(c: socket.socket) -> None:
+            with c:
+                while data := await aio.sock_recv(c, 4096):
+                    await aio.sock_sendall(c, data)
+
+        async def acceptor() -> None:
+            tasks = []
+            for _ in range(64):
+                c, _ = await aio.sock_accept(ls)
+                tasks.append(asyncio.ensure_future(handle(c)))
+            await asyncio.gather(*tasks)
+
+        async def client(i: int) -> None:
+            with socket.socket() as s:
+                await aio.sock_connect(s, ls.getsockname())
+                for j in range(20):
+                    msg = b"%d-%d|" % (i, j) * 50
+                    await aio.sock_sendall(s, msg)
+                    got = b""
+                    while len(got) < len(msg):
+                        got += await aio.sock_recv(s, 4096)
+                    assert got == msg
+
+        acc = asyncio.ensure_future(acceptor())
+        await asyncio.gather(*(client(i) for i in range(64)))
+        await acc
+        ls.close()
+
+    run(main)
