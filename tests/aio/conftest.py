@@ -1,5 +1,6 @@
-"""Every aio test runs on asyncio's default loop and on uvloop, once per engine
-(io_uring, and the thread pool that takes over when io_uring is blocked)."""
+"""Every aio test runs on asyncio's default loop, on uvloop and on uringkit.loop (asyncio's
+loop waiting on io_uring), once per engine (io_uring, and the thread pool that takes
+over when io_uring is blocked)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     yield request.param
 
 
-@pytest.fixture(params=["asyncio", "uvloop"])
+LOOPS = ["asyncio", "uvloop"] + (["uringkit"] if PROBED else [])
+
+
+@pytest.fixture(params=LOOPS)
 def run(
     request: pytest.FixtureRequest, engine: str
 ) -> Callable[[Callable[[], Awaitable[Any]]], Any]:
@@ -36,12 +40,16 @@ def run(
         if kind == "uvloop":
             uvloop = pytest.importorskip("uvloop")
             return uvloop.run(main())
+        if kind == "uringkit":
+            import uringkit.loop
+
+            return uringkit.loop.run(main())
         return asyncio.run(main())
 
     return runner
 
 
-@pytest.fixture(params=["asyncio", "uvloop"])
+@pytest.fixture(params=LOOPS)
 def ring_run(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[[Callable[[], Awaitable[Any]]], Any]:
@@ -55,6 +63,10 @@ def ring_run(
         if kind == "uvloop":
             uvloop = pytest.importorskip("uvloop")
             return uvloop.run(fn())
+        if kind == "uringkit":
+            import uringkit.loop
+
+            return uringkit.loop.run(fn())
         return asyncio.run(fn())
 
     return runner

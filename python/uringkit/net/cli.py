@@ -8,9 +8,11 @@ each keeping its best round: this machine is shared and noisy. The load generato
 on io_uring in this process. Servers: uringkit / uringkit-zc (the native io_uring
 server, SEND / SEND_ZC, on a thread of this process); aio-sock / aio-sock-uvloop (a
 coroutine per connection on uringkit.aio.sock_recv/sock_sendall, on asyncio's loop /
-uvloop); the incumbents asyncio / uvloop (an asyncio.Protocol that writes back what it
-receives) and asyncio-sock / uvloop-sock (the same coroutines on loop.sock_recv/
-sock_sendall) — each of those in its own process.
+uvloop); uringkit-loop / uringkit-loop-sock (the Protocol server / the loop.sock_*
+coroutines on uringkit.loop, asyncio's loop waiting on io_uring); the incumbents
+asyncio / uvloop (an asyncio.Protocol that writes back what it receives) and
+asyncio-sock / uvloop-sock (the same coroutines on loop.sock_recv/sock_sendall) — each
+of those in its own process.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ SERVERS = [
     "uringkit-zc",
     "aio-sock",
     "aio-sock-uvloop",
+    "uringkit-loop",
+    "uringkit-loop-sock",
     "asyncio",
     "uvloop",
     "asyncio-sock",
@@ -109,8 +113,10 @@ def available(kind: str) -> bool:
 def _reference(kind: str, inc: list[str]) -> list[str]:
     """What a server is compared with: aio.sock_* servers with the loop.sock_* ones (the
     same code, another I/O path); the native server with every incumbent."""
-    if kind.startswith("aio-sock"):
+    if kind.startswith("aio-sock") or kind == "uringkit-loop-sock":
         return [k for k in inc if k.endswith("-sock")]
+    if kind == "uringkit-loop":
+        return [k for k in inc if not k.endswith("-sock")]
     return inc
 
 
@@ -141,7 +147,9 @@ def table(con: Console, res: dict[str, dict[str, float]], a: argparse.Namespace)
                 ratio(r["requests_per_s"], best_rps, True),
                 ratio(r["p99_us"], best_p99, False),
                 ratio(cpu, best_cpu, False),
-                "loop.sock_* servers" if k.startswith("aio-sock") else "every incumbent",
+                "loop.sock_* servers"
+                if ref[0].endswith("-sock")
+                else ("Protocol servers" if len(ref) < len(inc) else "every incumbent"),
             ]
         t.add_row(
             k,

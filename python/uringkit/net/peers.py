@@ -5,7 +5,9 @@
 - `asyncio-sock`, `uvloop-sock`: a coroutine per connection with `loop.sock_accept`,
   `loop.sock_recv` and `loop.sock_sendall` (readiness from epoll, then the system call);
 - `aio-sock`, `aio-sock-uvloop`: the same coroutines with `uringkit.aio.sock_*` (the
-  operations themselves go through the loop's io_uring), on asyncio's loop or uvloop.
+  operations themselves go through the loop's io_uring), on asyncio's loop or uvloop;
+- `uringkit-loop`, `uringkit-loop-sock`: the Protocol server and the `loop.sock_*`
+  coroutines on `uringkit.loop` (asyncio's loop waiting on io_uring instead of epoll).
 
     python -m uringkit.net.peers KIND HOST PORT
 
@@ -63,7 +65,16 @@ async def serve_sock(host: str, port: int, ring: bool) -> None:
         t.add_done_callback(tasks.discard)
 
 
-KINDS = ["asyncio", "uvloop", "asyncio-sock", "uvloop-sock", "aio-sock", "aio-sock-uvloop"]
+KINDS = [
+    "asyncio",
+    "uvloop",
+    "asyncio-sock",
+    "uvloop-sock",
+    "aio-sock",
+    "aio-sock-uvloop",
+    "uringkit-loop",
+    "uringkit-loop-sock",
+]
 
 
 def main(argv: list[str]) -> int:
@@ -71,7 +82,7 @@ def main(argv: list[str]) -> int:
     if kind not in KINDS:
         print(f"unknown server {kind!r}: one of {', '.join(KINDS)}", file=sys.stderr)
         return 2
-    if kind in ("asyncio", "uvloop"):
+    if kind in ("asyncio", "uvloop", "uringkit-loop"):
         coro = serve(host, port)
     else:
         coro = serve_sock(host, port, ring=kind.startswith("aio"))
@@ -79,6 +90,10 @@ def main(argv: list[str]) -> int:
         import uvloop
 
         uvloop.run(coro)
+    elif kind.startswith("uringkit-loop"):
+        import uringkit.loop
+
+        uringkit.loop.run(coro)
     else:
         asyncio.run(coro)
     return 0

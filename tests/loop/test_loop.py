@@ -1,0 +1,225 @@
+"""uringkit.loop: asyncio's behaviour, written once and run on asyncio's loop, uvloop and
+uringkit.loop (uvloop's test style), with real pipes, sockets, processes and signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from conftest import PROBED
+
+LOOPS = ["asyncio", "uvloop"] + (["uringkit"] if PROBED else [])
+Run = Callable[[Callable[[], Awaitable[Any]]], Any]
+
+
+@pytest.fixture(params=LOOPS)
+def run(request: pytest.FixtureRequest) -> Run:
+    kind = request.param
+
+    def runner(fn: Callable[[], Awaitable[Any]]) -> Any:
+        if kind == "uvloop":
+            uvloop = pytest.importorskip("uvloop")
+            return uvloop.run(fn())
+        if kind == "uringkit":
+            import uringkit.loop
+
+            async def checked() -> Any:
+                assert type(asyncio.get_running_loop()).__name__ == "UringEventLoop"
+                return await fn()
+
+            return uringkit.loop.run(checked())
+        return asyncio.run(fn())
+
+    return runner
+
+
+def test_streams_echo_large_and_small(run: Run) -> None:
+    async def main() -> None:
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+            w.close()
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        for n in (1, 70_000, 4_000_000):  # the last fills socket buffers: writers wait
+            msg = os.urandom(n)
+            w.write(msg)
+            assert await r.readexactly(n) == msg
+        w.close()
+        await w.wait_closed()
+        srv.close()
+        await srv.wait_closed()
+
+    run(main)
+
+
+def test_readiness_is_level_triggered(run: Run) -> None:
+    """A reader that takes 1 byte per callback is called again while data remains (no
+    new data arrives after the first write): epoll's level-triggered semantics."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        got = bytearray()
+        done = loop.create_future()
+
+        def on_readable() -> None:
+            got.extend(os.read(rfd, 1))
+            if len(got) == 10:
+                loop.remove_reader(rfd)
+                done.set_result(None)
+
+        loop.add_reader(rfd, on_readable)
+        os.write(wfd, b"0123456789")
+        await asyncio.wait_for(done, 5)
+        assert bytes(got) == b"0123456789"
+        os.close(rfd)
+        os.close(wfd)
+
+    run(main)
+
+
+def test_writer_callbacks_and_removal(run: Run) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        calls = 0
+        fired = loop.create_future()
+
+        def on_writable() -> None:
+            nonlocal calls
+            calls += 1
+            loop.remove_writer(a)
+            fired.set_result(None)
+
+        loop.add_writer(a, on_writable)
+        await asyncio.wait_for(fired, 5)
+        await asyncio.sleep(0.05)
+        assert calls == 1  # removed: not called again although still writable
+        assert not loop.remove_writer(a)  # (False; uvloop: None)
+        a.close()
+        b.close()
+
+    run(main)
+
+
+def test_timers_fire_in_order(run: Run) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        order: list[int] = []
+        for i, d in enumerate([0.03, 0.01, 0.02, 0.0]):
+            loop.call_later(d, order.append, i)
+        await asyncio.sleep(0.1)  # (uvloop's timers have 1 ms resolution)
+        assert order == [3, 1, 2, 0]
+
+    run(main)
+
+
+def test_wakeups_from_other_threads(run: Run) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(50)]
+
+        def poke() -> None:
+            for i, f in enumerate(futs):
+                loop.call_soon_threadsafe(f.set_result, i)
+                time.sleep(0.001)
+
+        threading.Thread(target=poke).start()
+        assert await asyncio.wait_for(asyncio.gather(*futs), 10) == list(range(50))
+        assert await loop.run_in_executor(None, sum, [1, 2, 3]) == 6
+
+    run(main)
+
+
+def test_subprocess_and_signals(run: Run) -> None:
+    async def main() -> None:
+        p = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read().upper())",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await p.communicate(b"hello")
+        assert out == b"HELLO" and p.returncode == 0
+        loop = asyncio.get_running_loop()
+        got = loop.create_future()
+        loop.add_signal_handler(signal.SIGUSR1, got.set_result, "usr1")
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert await asyncio.wait_for(got, 5) == "usr1"
+        loop.remove_signal_handler(signal.SIGUSR1)
+
+    run(main)
+
+
+def test_sock_calls_and_cancellation(run: Run) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ls = socket.create_server(("127.0.0.1", 0))
+        ls.setblocking(False)
+        cl = socket.socket()
+        cl.setblocking(False)
+        acc = asyncio.ensure_future(loop.sock_accept(ls))
+        await loop.sock_connect(cl, ls.getsockname())
+        conn, _ = await acc
+        pending = asyncio.ensure_future(loop.sock_recv(cl, 10))
+        await asyncio.sleep(0.02)
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        await loop.sock_sendall(conn, b"ping")
+        assert await loop.sock_recv(cl, 10) == b"ping"
+        for s in (cl, conn, ls):
+            s.close()
+
+    run(main)
+
+
+def test_closing_with_registered_fds(run: Run) -> None:
+    """A loop closed while readers are still registered releases everything."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fds = [os.pipe() for _ in range(20)]
+        for r, _ in fds:
+            loop.add_reader(r, lambda: None)
+        await asyncio.sleep(0.01)
+        for r, w in fds:
+            loop.remove_reader(r)
+            os.close(r)
+            os.close(w)
+
+    for _ in range(3):
+        run(main)
+
+
+BLOCKED = """
+from uringkit.testing import block_io_uring
+block_io_uring()
+import uringkit.loop
+async def main():
+    return 1
+try:
+    uringkit.loop.run(main())
+except PermissionError as e:
+    print("PermissionError", e)
+"""
+
+
+def test_blocked_io_uring_says_so() -> None:
+    out = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("PermissionError") and "uringkit.loop needs io_uring" in out.stdout
