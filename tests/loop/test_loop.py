@@ -223,3 +223,43 @@ def test_blocked_io_uring_says_so() -> None:
     out = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("PermissionError") and "uringkit.loop needs io_uring" in out.stdout
+
+
+def test_thousands_of_readers_at_once(run: Run) -> None:
+    """More registrations in one iteration than the ring's SQ holds (1,024), all ready
+    at once: nothing is dropped."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pipes = [os.pipe() for _ in range(1500)]
+        hits: list[int] = []
+        done = loop.create_future()
+
+        def on_readable(r: int) -> None:
+            os.read(r, 1)
+            loop.remove_reader(r)
+            hits.append(r)
+            if len(hits) == len(pipes):
+                done.set_result(None)
+
+        for r, _ in pipes:
+            loop.add_reader(r, on_readable, r)
+        for _, w in pipes:
+            os.write(w, b"x")
+        await asyncio.wait_for(done, 20)
+        assert sorted(hits) == sorted(r for r, _ in pipes)
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 3200:
+        if hard != resource.RLIM_INFINITY and hard < 3200:
+            pytest.skip(f"RLIMIT_NOFILE {hard} < 3200")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (3200, hard))
+    try:
+        run(main)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
