@@ -6,11 +6,13 @@ failed; `test_skips.py` lists what this kernel lacks so a CI log shows it at a g
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,21 @@ def _probe() -> frozenset[str] | None:
 
 
 PROBED = _probe()
+
+#: the event loops loop-level tests run on (uringkit.loop needs io_uring)
+LOOPS = ["asyncio", "uvloop"] + (["uringkit"] if PROBED else [])
+
+
+def run_on_loop(kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run `coro` to completion on a new event loop of `kind` (one of LOOPS)."""
+    if kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.run(coro)
+    if kind == "uringkit":
+        import uringkit.loop
+
+        return uringkit.loop.run(coro)
+    return asyncio.run(coro)
 
 
 def direct_file(path: Path, data: bytes) -> bytes:

@@ -4,13 +4,12 @@ over when io_uring is blocked)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
-from conftest import PROBED
+from conftest import LOOPS, PROBED, run_on_loop
 
 ENGINES = (["io_uring"] if PROBED else []) + ["threads"]
 
@@ -19,9 +18,6 @@ ENGINES = (["io_uring"] if PROBED else []) + ["threads"]
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("URINGKIT_ENGINE", request.param)
     yield request.param
-
-
-LOOPS = ["asyncio", "uvloop"] + (["uringkit"] if PROBED else [])
 
 
 @pytest.fixture(params=LOOPS)
@@ -37,14 +33,7 @@ def run(
             assert aio.backend_name() == engine
             return await fn()
 
-        if kind == "uvloop":
-            uvloop = pytest.importorskip("uvloop")
-            return uvloop.run(main())
-        if kind == "uringkit":
-            import uringkit.loop
-
-            return uringkit.loop.run(main())
-        return asyncio.run(main())
+        return run_on_loop(kind, main())
 
     return runner
 
@@ -60,13 +49,6 @@ def ring_run(
     kind = request.param
 
     def runner(fn: Callable[[], Awaitable[Any]]) -> Any:
-        if kind == "uvloop":
-            uvloop = pytest.importorskip("uvloop")
-            return uvloop.run(fn())
-        if kind == "uringkit":
-            import uringkit.loop
-
-            return uringkit.loop.run(fn())
-        return asyncio.run(fn())
+        return run_on_loop(kind, fn())
 
     return runner

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from conftest import PROBED
+from conftest import LOOPS, run_on_loop
 
-LOOPS = ["asyncio", "uvloop"] + (["uringkit"] if PROBED else [])
 Run = Callable[[Callable[[], Awaitable[Any]]], Any]
 
 
@@ -27,18 +26,12 @@ def run(request: pytest.FixtureRequest) -> Run:
     kind = request.param
 
     def runner(fn: Callable[[], Awaitable[Any]]) -> Any:
-        if kind == "uvloop":
-            uvloop = pytest.importorskip("uvloop")
-            return uvloop.run(fn())
-        if kind == "uringkit":
-            import uringkit.loop
+        async def checked() -> Any:
+            name = type(asyncio.get_running_loop()).__name__
+            assert kind != "uringkit" or name == "UringEventLoop"
+            return await fn()
 
-            async def checked() -> Any:
-                assert type(asyncio.get_running_loop()).__name__ == "UringEventLoop"
-                return await fn()
-
-            return uringkit.loop.run(checked())
-        return asyncio.run(fn())
+        return run_on_loop(kind, checked())
 
     return runner
 
@@ -165,23 +158,30 @@ def test_subprocess_and_signals(run: Run) -> None:
     run(main)
 
 
-def test_sock_calls_and_cancellation(run: Run) -> None:
+@pytest.mark.parametrize("api", ["loop", "aio"])
+def test_sock_calls_and_cancellation(run: Run, api: str) -> None:
+    """accept/connect/recv/sendall, and a cancelled recv leaves the socket usable — with
+    the loop's sock_* and with uringkit.aio's (through the loop's ring)."""
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
+        from uringkit import aio
+
+        io: Any = aio if api == "aio" else loop
         ls = socket.create_server(("127.0.0.1", 0))
         ls.setblocking(False)
         cl = socket.socket()
         cl.setblocking(False)
-        acc = asyncio.ensure_future(loop.sock_accept(ls))
-        await loop.sock_connect(cl, ls.getsockname())
+        acc = asyncio.ensure_future(io.sock_accept(ls))
+        await io.sock_connect(cl, ls.getsockname())
         conn, _ = await acc
-        pending = asyncio.ensure_future(loop.sock_recv(cl, 10))
-        await asyncio.sleep(0.02)
+        pending = asyncio.ensure_future(io.sock_recv(cl, 10))
+        await asyncio.sleep(0.05)  # the recv is waiting (in the kernel, for aio)
         pending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pending
-        await loop.sock_sendall(conn, b"ping")
-        assert await loop.sock_recv(cl, 10) == b"ping"
+        await io.sock_sendall(conn, b"ping")
+        assert await io.sock_recv(cl, 10) == b"ping"
         for s in (cl, conn, ls):
             s.close()
 

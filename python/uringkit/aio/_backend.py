@@ -580,9 +580,7 @@ class RingBackend:
         queue(ud)
         fut: asyncio.Future[Any] = self.new_future()
         self.fast[ud] = fut
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.loop.call_soon(self._flush)
+        self._schedule()
         try:
             return await fut
         except asyncio.CancelledError:
