@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LOOPS, run_on_loop
+from conftest import LOOPS, PROBED, run_on_loop
 
 Run = Callable[[Callable[[], Awaitable[Any]]], Any]
 
@@ -263,3 +263,41 @@ def test_thousands_of_readers_at_once(run: Run) -> None:
         run(main)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_loop_run_from_several_threads() -> None:
+    """Created in one thread, run in another, then in the first and a third: asyncio
+    allows it (one thread at a time); the ring follows the running thread."""
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    import uringkit.loop
+
+    loop = uringkit.loop.new_event_loop()
+    out: list[Any] = []
+
+    async def job() -> str:
+        r, w = os.pipe()
+        fut = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().add_reader(r, lambda: fut.set_result(os.read(r, 5)))
+        os.write(w, b"hello")
+        got = await asyncio.wait_for(fut, 5)
+        asyncio.get_running_loop().remove_reader(r)
+        os.close(r)
+        os.close(w)
+        return got.decode()
+
+    def runner() -> None:
+        try:
+            out.append(loop.run_until_complete(job()))
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            out.append(repr(e))
+
+    for where in ("thread", "main", "thread"):
+        if where == "main":
+            runner()
+        else:
+            t = threading.Thread(target=runner)
+            t.start()
+            t.join()
+    loop.close()
+    assert out == ["hello"] * 3

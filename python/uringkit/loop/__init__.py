@@ -22,6 +22,7 @@ and uvloop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import selectors
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ _POLLERR = 0x008
 _POLLHUP = 0x010
 _ECANCELED = 125
 _ENOENT = 2
+_EBADFD = 77
 
 
 class _Map(Mapping[Any, selectors.SelectorKey]):
@@ -63,16 +65,44 @@ class UringSelector(selectors.BaseSelector):
     after each firing while registered; `select` submits and waits in one call."""
 
     def __init__(self, entries: int = 1024) -> None:
-        try:
-            self._ring = Ring(entries, single_issuer=True, defer_taskrun=True)
-        except OSError:
-            self._ring = Ring(entries)  # kernels before 6.1 (single issuer, deferred work)
+        self._entries = entries
+        self._ring, self._enabled = self._new_ring()
         self._keys: dict[int, selectors.SelectorKey] = {}
         # user_data -> (fd, event) of each armed poll; (fd, event) -> user_data
         self._armed: dict[int, tuple[int, int]] = {}
         self._by_fd: dict[tuple[int, int], int] = {}
         self._next_ud = 1
         self._map = _Map(self)
+
+    def _new_ring(self) -> tuple[Ring, bool]:
+        """A ring whose only submitter will be the thread that runs the loop: created
+        disabled (SQEs can be queued, nothing submitted) and enabled by the first
+        `select`, which makes that thread the single issuer. Kernels before 6.1: a plain
+        ring, usable from any thread."""
+        try:
+            r = Ring(self._entries, single_issuer=True, defer_taskrun=True, disabled=True)
+            return r, False
+        except OSError:
+            return Ring(self._entries), True
+
+    def _move_to_this_thread(self) -> None:
+        """The loop now runs in another thread than the ring's issuer (a loop created
+        or first run elsewhere): a new ring here, every registered event armed on it."""
+        old = self._ring
+        self._ring, self._enabled = self._new_ring()
+        if not self._enabled:
+            self._ring.enable()
+            self._enabled = True
+        self._armed.clear()
+        self._by_fd.clear()
+        for fd, key in self._keys.items():
+            for ev in (selectors.EVENT_READ, selectors.EVENT_WRITE):
+                if key.events & ev:
+                    self._arm(fd, ev)
+        # (closing it from here may be refused — not its issuer: the kernel tears it down
+        # with its last reference, cancelling its polls, when the object goes)
+        with contextlib.suppress(OSError):
+            old.close()
 
     # ----- selectors API -------------------------------------------------------------
 
@@ -129,11 +159,14 @@ class UringSelector(selectors.BaseSelector):
         return key
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is not None and timeout <= 0:
-            self._ring.submit()  # (the re-arms; a ready fd completes its poll inline)
-            done = self._ring.completions()
-        else:
-            done = self._ring.wait(1, timeout)
+        if not self._enabled:
+            self._ring.enable()  # this thread becomes the ring's single issuer
+            self._enabled = True
+        try:
+            done = self._wait(timeout)
+        except FileExistsError:  # EEXIST: not the issuer's thread
+            self._move_to_this_thread()
+            done = self._wait(timeout)
         ready: dict[int, int] = {}
         for c in done:
             where = self._armed.pop(c.user_data, None)
@@ -154,6 +187,12 @@ class UringSelector(selectors.BaseSelector):
             self._arm(fd, ev)  # level-triggered: asked again on the next select
         return [(self._keys[fd], evs & self._keys[fd].events) for fd, evs in ready.items()]
 
+    def _wait(self, timeout: float | None) -> list[Any]:
+        if timeout is not None and timeout <= 0:
+            self._ring.submit()  # (the re-arms; a ready fd completes its poll inline)
+            return self._ring.completions()
+        return self._ring.wait(1, timeout)
+
     def close(self) -> None:
         self._keys.clear()
         self._armed.clear()
@@ -169,7 +208,16 @@ class UringSelector(selectors.BaseSelector):
         ud = self._next_ud
         self._next_ud = ud + 1
         mask = _POLLIN if ev == selectors.EVENT_READ else _POLLOUT
-        self._ring.poll_add(fd, mask, user_data=ud)
+        try:
+            self._ring.poll_add(fd, mask, user_data=ud)
+        except OSError as e:
+            # a full SQ is submitted at once, which a ring not enabled yet refuses
+            # (EBADFD): enable it here (a later select from another thread moves it)
+            if e.errno != _EBADFD or self._enabled:
+                raise
+            self._ring.enable()
+            self._enabled = True
+            self._ring.poll_add(fd, mask, user_data=ud)
         self._armed[ud] = (fd, ev)
         self._by_fd[(fd, ev)] = ud
 
