@@ -36,12 +36,15 @@ SERVERS = [
     "aio-sock-uvloop",
     "uringkit-loop",
     "uringkit-loop-sock",
+    "aio-sock-uringkit-loop",
     "asyncio",
     "uvloop",
     "asyncio-sock",
     "uvloop-sock",
 ]
 INCUMBENTS = ["asyncio", "uvloop", "asyncio-sock", "uvloop-sock"]
+#: served by the native EchoServer in this process; every other kind is a peers.py process
+NATIVE = ["uringkit", "uringkit-zc"]
 
 
 def _peer(kind: str) -> tuple[subprocess.Popen[str], int]:
@@ -87,8 +90,8 @@ def _measure(addr: tuple[str, int], stat: str, a: argparse.Namespace) -> dict[st
 
 
 def run_one(kind: str, a: argparse.Namespace) -> dict[str, float]:
-    if kind.startswith("uringkit"):
-        with EchoServer(zero_copy=kind.endswith("-zc")) as srv:
+    if kind in NATIVE:
+        with EchoServer(zero_copy=kind == "uringkit-zc") as srv:
             r = _measure(srv.address, _echo_thread_stat(), a)
             st = srv.stats()
         r["server_enters_per_request"] = st["enters"] / max(1, st["recvs"])

@@ -74,6 +74,7 @@ KINDS = [
     "aio-sock-uvloop",
     "uringkit-loop",
     "uringkit-loop-sock",
+    "aio-sock-uringkit-loop",
 ]
 
 
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
         import uvloop
 
         uvloop.run(coro)
-    elif kind.startswith("uringkit-loop"):
+    elif "uringkit-loop" in kind:
         import uringkit.loop
 
         uringkit.loop.run(coro)
