@@ -2414,7 +2414,10 @@ impl Store {
                     if unsafe { libc::fstat(s.fd, &mut st) } != 0 {
                         continue;
                     }
-                    let end = s.map_len.min(st.st_size.max(0) as usize);
+                    // (and only the records: the active segment of a "none"/"batch" store
+                    // is allocated up to 4 MiB past them)
+                    let data = s.size.load(Ordering::Relaxed) as usize;
+                    let end = s.map_len.min(st.st_size.max(0) as usize).min(data);
                     for off in (0..end).step_by(CHUNK) {
                         if stop.load(Ordering::Relaxed) {
                             return;
