@@ -44,6 +44,22 @@ def run_on_loop(kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
+async def connected_pair(io: Any) -> tuple[socket.socket, socket.socket, socket.socket]:
+    """(listener, client, accepted) TCP sockets on 127.0.0.1, connected through `io`'s
+    sock_accept/sock_connect — a running loop's, or uringkit.aio's. All non-blocking
+    (loop.sock_* require it); the accepted socket's address is checked."""
+    ls = socket.create_server(("127.0.0.1", 0))
+    ls.setblocking(False)
+    cl = socket.socket()
+    cl.setblocking(False)
+    acc = asyncio.ensure_future(io.sock_accept(ls))
+    await io.sock_connect(cl, ls.getsockname())
+    conn, addr = await acc
+    assert addr == cl.getsockname()
+    assert conn.getblocking() is False
+    return ls, cl, conn
+
+
 def direct_file(path: Path, data: bytes) -> bytes:
     """Write `data` to `path` and check O_DIRECT works there; skip the test if not."""
     path.write_bytes(data)

@@ -12,18 +12,13 @@ import pytest
 
 from uringkit import aio
 
+from conftest import connected_pair
+
 Run = Callable[[Callable[[], Awaitable[Any]]], Any]
 
 
 async def _pair() -> tuple[socket.socket, socket.socket, socket.socket]:
-    ls = socket.create_server(("127.0.0.1", 0))
-    acc = asyncio.ensure_future(aio.sock_accept(ls))
-    cl = socket.socket()
-    await aio.sock_connect(cl, ls.getsockname())
-    conn, addr = await acc
-    assert addr == cl.getsockname()
-    assert conn.getblocking() is False
-    return ls, cl, conn
+    return await connected_pair(aio)
 
 
 def test_echo_of_every_size(run: Run) -> None:

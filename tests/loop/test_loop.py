@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LOOPS, PROBED, run_on_loop
+from conftest import LOOPS, PROBED, connected_pair, run_on_loop
 
 Run = Callable[[Callable[[], Awaitable[Any]]], Any]
 
@@ -168,13 +168,7 @@ def test_sock_calls_and_cancellation(run: Run, api: str) -> None:
         from uringkit import aio
 
         io: Any = aio if api == "aio" else loop
-        ls = socket.create_server(("127.0.0.1", 0))
-        ls.setblocking(False)
-        cl = socket.socket()
-        cl.setblocking(False)
-        acc = asyncio.ensure_future(io.sock_accept(ls))
-        await io.sock_connect(cl, ls.getsockname())
-        conn, _ = await acc
+        ls, cl, conn = await connected_pair(io)
         pending = asyncio.ensure_future(io.sock_recv(cl, 10))
         await asyncio.sleep(0.05)  # the recv is waiting (in the kernel, for aio)
         pending.cancel()
