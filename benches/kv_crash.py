@@ -66,6 +66,7 @@ def main() -> int:
         "acknowledged_ops": sum(r.acked for r in rounds),
         "in_flight_at_kill": sum(r.in_flight for r in rounds),
         "in_flight_landed": sum(r.landed for r in rounds),
+        "reopened_from_overlay": sum(r.from_overlay for r in rounds),
         "keys_checked_last_round": rounds[-1].checked_keys if rounds else 0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -75,7 +76,8 @@ def main() -> int:
         print(
             f"{summary['rounds']} rounds ({a.mode}), {summary['acknowledged_ops']} acknowledged "
             f"operations checked, {summary['in_flight_at_kill']} caught in flight "
-            f"({summary['in_flight_landed']} landed whole, the rest not at all): no promise "
+            f"({summary['in_flight_landed']} landed whole, the rest not at all), "
+            f"{summary['reopened_from_overlay']} reopens from the live overlay: no promise "
             f"broken ({summary['seconds']} s)"
         )
     return 0

@@ -456,6 +456,7 @@ impl KvStore {
         d.set_item("records", r.records)?;
         d.set_item("segments_from_hints", r.from_hints)?;
         d.set_item("from_snapshot", r.from_snapshot)?;
+        d.set_item("from_overlay", r.from_overlay)?;
         d.set_item("torn_bytes", r.torn_bytes)?;
         d.set_item("torn_segment", r.torn_segment.clone())?;
         d.set_item("skipped", r.skipped.clone())?;

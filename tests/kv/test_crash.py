@@ -27,6 +27,10 @@ def test_sigkill_rounds(tmp_path: Path) -> None:
     # the harness really exercised the store: writes acknowledged, reads checked
     assert sum(r.acked for r in rounds) > ROUNDS * 10
     assert rounds[-1].checked_keys > 100
+    # both recoveries ran: the live overlay a killed writer left (killed between
+    # updates), and replay from INDEX (killed mid-update, or in the first round)
+    overlay = sum(r.from_overlay for r in rounds)
+    assert 0 < overlay < ROUNDS, overlay
 
 
 @pytest.mark.timeout(600)

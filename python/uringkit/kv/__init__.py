@@ -282,7 +282,9 @@ class DB:
         "none"/"batch" writes are copied into the active segment's shared mapping rather
         than written with pwrite), unsynced_bytes (handed to the kernel but not yet
         fdatasynced: what a crash of the machine, not of the process, could lose),
-        group_commits."""
+        live_overlay (1 while what changed since INDEX lives in the shared OVERLAY file:
+        if this process is killed, the next open replays nothing it covers — see
+        docs/kv-format.md), group_commits."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:

@@ -240,7 +240,16 @@ impl Appender {
 
     /// The segment is done (rolled or closed): drop the zero-filled tail beyond `end`.
     pub fn seal(&mut self, end: u64) {
-        if self.filled > end {
+        // (the file may be longer than what was filled this session: a tail of zeros
+        // recovery left in place)
+        // SAFETY: stat is plain data; fd is open.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is open; st is a valid out pointer.
+        let len = match unsafe { libc::fstat(self.fd, &mut st) } {
+            0 => st.st_size as u64,
+            _ => self.filled,
+        };
+        if self.filled > end || len > end {
             // SAFETY: fd is open for writing.
             unsafe { libc::ftruncate(self.fd, end as i64) };
             self.filled = end;

@@ -6,10 +6,12 @@
 //! across processes, so the whole index can be written out and read back (see
 //! [`Index::to_parts`]) instead of rebuilt key by key.
 
-use super::mapped::Arr;
+use super::mapped::{Arr, Map};
+use super::overlay::{self, Shared};
 use super::table::Table;
 use foldhash::fast::FixedState;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 /// Where a key's latest record is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,14 +141,81 @@ const CHECK_KEY: &[u8] = b"uringkit xkv index";
 /// both.
 pub struct Arena {
     base: Arr<u8>,
-    tail: Vec<u8>,
+    tail: Tail,
+}
+
+/// The arena's growable part: on the heap, or a fixed-size region of the live overlay
+/// file ([`overlay`]) while the overlay lives there.
+enum Tail {
+    Heap(Vec<u8>),
+    Shared {
+        _map: Arc<Map>,
+        ptr: *mut u8,
+        len: usize,
+        cap: usize,
+    },
+}
+
+// SAFETY: a Shared tail is memory of a mapping this value keeps alive and no one else
+// writes (the overlay hands its tail region out once); accessed like the Vec variant,
+// through &self / &mut self.
+unsafe impl Send for Tail {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for Tail {}
+
+impl Tail {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Tail::Heap(v) => v,
+            // SAFETY: ptr..ptr+len lies in the mapping `_map` keeps alive (len <= cap).
+            Tail::Shared { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Tail::Heap(v) => v.len(),
+            Tail::Shared { len, .. } => *len,
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        match self {
+            Tail::Heap(v) => v.capacity(),
+            Tail::Shared { cap, .. } => *cap,
+        }
+    }
+
+    fn extend(&mut self, b: &[u8]) {
+        match self {
+            Tail::Heap(v) => v.extend_from_slice(b),
+            Tail::Shared { ptr, len, cap, .. } => {
+                assert!(*len + b.len() <= *cap, "overlay key space checked before");
+                // SAFETY: [len, len + b.len()) lies within cap bytes of the mapping.
+                unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), ptr.add(*len), b.len()) };
+                *len += b.len();
+            }
+        }
+    }
+
+    fn reserve(&mut self, more: usize) {
+        if let Tail::Heap(v) = self {
+            v.reserve(more);
+        }
+    }
+
+    fn to_heap(&self) -> Tail {
+        let mut v = Vec::with_capacity(self.len().max(64));
+        v.extend_from_slice(self.as_slice());
+        Tail::Heap(v)
+    }
 }
 
 impl Arena {
     fn heap(tail: Vec<u8>) -> Arena {
         Arena {
             base: Vec::new().into(),
-            tail,
+            tail: Tail::Heap(tail),
         }
     }
 
@@ -160,7 +229,7 @@ impl Arena {
         let at = at as usize;
         let (part, at) = match at.checked_sub(self.base.len()) {
             None => (&self.base[..], at),
-            Some(t) => (&self.tail[..], t),
+            Some(t) => (self.tail.as_slice(), t),
         };
         let Some(n) = part.get(at..at + 4) else {
             return &[];
@@ -173,7 +242,7 @@ impl Arena {
         let at = at as usize;
         match at.checked_sub(self.base.len()) {
             None => self.base.as_ptr().wrapping_add(at),
-            Some(t) => self.tail.as_ptr().wrapping_add(t),
+            Some(t) => self.tail.as_slice().as_ptr().wrapping_add(t),
         }
     }
 
@@ -182,13 +251,11 @@ impl Arena {
         if self.tail.capacity() - self.tail.len() < key.len() + 7 {
             self.reserve(key.len() + 7);
         }
-        while !self.len().is_multiple_of(4) {
-            self.tail.push(0);
-        }
+        let pad = self.len().next_multiple_of(4) - self.len();
+        self.tail.extend(&[0; 3][..pad]);
         let at = self.len();
-        self.tail
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
-        self.tail.extend_from_slice(key);
+        self.tail.extend(&(key.len() as u32).to_le_bytes());
+        self.tail.extend(key);
         at
     }
 
@@ -203,7 +270,11 @@ impl Arena {
     }
 
     fn bytes_used(&self) -> usize {
-        self.base.bytes_used() + self.tail.capacity()
+        self.base.bytes_used()
+            + match &self.tail {
+                Tail::Heap(v) => v.capacity(),
+                Tail::Shared { len, .. } => *len,
+            }
     }
 }
 
@@ -212,7 +283,8 @@ pub struct Index {
     /// Keys written while `table` is still the mapped snapshot. Writing them there would
     /// copy a page of the mapping on each first write to it (a copy-on-write fault, ~3 µs
     /// here: replaying the 7,000 records a killed writer left after the snapshot cost
-    /// 18–25 ms that way); they live here, on the heap, until [`Index::merge_overlay`]
+    /// 18–25 ms that way); they live here — on the heap, or in the shared `OVERLAY`
+    /// file (see `shared`) — until [`Index::merge_overlay`]
     /// (before a snapshot is written, or once it holds `OVERLAY_MAX` keys). An entry here
     /// wins over the table's for the same key (it *shadows* it; both share the key's
     /// arena position): lookups look here first.
@@ -227,6 +299,13 @@ pub struct Index {
     /// Arena positions of keys whose entry became a tombstone during recovery (purged by
     /// key afterwards, instead of a pass over the whole table).
     tombstoned: Vec<u64>,
+    /// While the table is the mapped snapshot unchanged but for erased entries: the
+    /// slots erased, in order (replaying them on the snapshot gives this table back).
+    /// `None` once the table was changed otherwise (merged into, rehashed, rebuilt).
+    erased: Option<Vec<u32>>,
+    /// The live overlay file, while the overlay, its keys and `erased` live there (see
+    /// [`overlay`]): every change makes it "busy" until [`Index::settle`].
+    shared: Option<Shared>,
 }
 
 /// Past this many tombstones, purging passes over the whole table instead.
@@ -279,6 +358,8 @@ impl Index {
             hasher: FixedState::with_seed(seed),
             tombstones: 0,
             tombstoned: Vec::new(),
+            erased: None,
+            shared: None,
         }
     }
 
@@ -295,6 +376,7 @@ impl Index {
 
     /// Room for `keys` entries and `arena` bytes of keys without rehashing.
     pub fn reserve(&mut self, keys: usize, arena: usize) {
+        self.shared_room(keys, arena, 0);
         let (hasher, ar) = (&self.hasher, &self.arena);
         // (new keys go to the overlay while the table is the mapped snapshot)
         let t = if self.table.is_mapped() {
@@ -353,6 +435,10 @@ impl Index {
     /// [`Index::put_with`] with the key's [`Index::hash`] computed by the caller.
     pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, only_newer: bool) -> Put {
         if self.table.is_mapped() {
+            if self.shared.is_some() {
+                self.shared_room(1, key.len(), 0);
+                self.begin();
+            }
             let put = self.put_over(key, h, loc, only_newer);
             if self.over.len() >= OVERLAY_MAX {
                 self.merge_overlay();
@@ -459,9 +545,11 @@ impl Index {
     /// Move the overlay's keys into the table (copying the mapped pages they land on, or
     /// growing the table onto the heap when it has no room left for them).
     pub fn merge_overlay(&mut self) {
+        self.detach();
         if self.over.is_empty() {
             return;
         }
+        self.erased = None; // (the table's pages now differ from the snapshot's)
         let over = std::mem::take(&mut self.over);
         let (hasher, arena) = (&self.hasher, &self.arena);
         self.table.reserve(
@@ -488,6 +576,10 @@ impl Index {
 
     /// [`Index::remove`] with the key's [`Index::hash`] computed by the caller.
     pub fn remove_hashed(&mut self, key: &[u8], h: u64) -> Option<Loc> {
+        if self.shared.is_some() {
+            self.shared_room(0, 0, 1);
+            self.begin();
+        }
         let arena = &self.arena;
         let eq = |e: &Entry| Self::key_at(arena, e.at()) == key;
         let in_table = self.table.find(h, eq);
@@ -496,7 +588,7 @@ impl Index {
                 let loc = self.over.get(i).loc();
                 self.over.erase(i);
                 if let Some(j) = in_table {
-                    self.table.erase(j); // the entry it shadowed goes too
+                    self.erase_in_table(j); // the entry it shadowed goes too
                     self.shadows -= 1;
                 }
                 loc
@@ -504,7 +596,7 @@ impl Index {
             None => {
                 let j = in_table?;
                 let loc = self.table.get(j).loc();
-                self.table.erase(j);
+                self.erase_in_table(j);
                 loc
             }
         };
@@ -551,6 +643,7 @@ impl Index {
         }
         if self.tombstones > 0 {
             self.merge_overlay(); // (a pass over the table alone then sees every entry)
+            self.erased = None;
             let arena = &self.arena;
             let mut dead = 0;
             self.table.retain(|e| {
@@ -576,8 +669,9 @@ impl Index {
 
     fn rebuild_arena(&mut self) {
         let mut arena = Arena::heap(Vec::with_capacity(self.arena.len() - self.dead));
-        arena.tail.extend_from_slice(&[0; 4]);
+        arena.tail.extend(&[0; 4]);
         self.merge_overlay();
+        self.erased = None;
         for e in self.table.iter_mut() {
             let at = arena.push(self.arena.key(e.at()));
             e.key_at4 = (at / 4) as u32;
@@ -588,7 +682,9 @@ impl Index {
 
     /// Give back memory reserved beyond what the index holds (after recovery).
     pub fn shrink(&mut self) {
-        self.arena.tail.shrink_to_fit();
+        if let Tail::Heap(v) = &mut self.arena.tail {
+            v.shrink_to_fit();
+        }
     }
 
     /// Every live key and its location (arbitrary order).
@@ -619,6 +715,188 @@ impl Index {
         self.table.is_mapped()
     }
 
+    /// Erase the table's entry in `slot`, noting it while the table is the snapshot's.
+    fn erase_in_table(&mut self, slot: usize) {
+        self.table.erase(slot);
+        if let Some(list) = &mut self.erased {
+            list.push(slot as u32);
+            if let Some(sh) = &self.shared {
+                sh.set_erased(list.len() - 1, slot as u32);
+            }
+        }
+    }
+
+    /// Bytes of keys that came with the snapshot.
+    pub fn base_len(&self) -> u64 {
+        self.arena.base.len() as u64
+    }
+
+    /// Whether the overlay lives in the shared file.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// With a shared overlay: make sure the file has room for `keys` more keys of
+    /// `bytes` bytes and `erasures` erased slots — or go back to the heap.
+    fn shared_room(&mut self, keys: usize, bytes: usize, erasures: usize) {
+        if self.shared.is_some() {
+            let tail = self.arena.tail.capacity() - self.arena.tail.len();
+            let erased = self.erased.as_ref().map_or(usize::MAX, |e| e.len());
+            if keys > self.over.room()
+                || bytes.saturating_add(keys * 7) > tail
+                || erased.saturating_add(erasures) > overlay::ERASED_CAP
+            {
+                self.detach();
+            }
+        }
+    }
+
+    /// A change begins (the shared file stops describing the index until `settle`).
+    fn begin(&self) {
+        if let Some(sh) = &self.shared {
+            sh.begin();
+        }
+    }
+
+    /// Move the overlay back to the heap and remove the shared file.
+    pub fn detach(&mut self) {
+        let Some(sh) = self.shared.take() else { return };
+        let (ctrl, slots) = self.over.raw();
+        let (items, deleted) = (self.over.len(), self.over.deleted());
+        self.over =
+            Table::from_counted(ctrl.to_vec().into(), slots.to_vec().into(), items, deleted)
+                .expect("a table's own arrays");
+        self.arena.tail = self.arena.tail.to_heap();
+        sh.remove();
+    }
+
+    /// With a shared overlay: the index now matches the log up to (`active`, `off`), with
+    /// sequence numbers up to `seq`; `segs`: every segment's dead bytes.
+    pub fn settle(
+        &mut self,
+        (active, off, seq): (u32, u64, u64),
+        segs: impl ExactSizeIterator<Item = (u32, u64)>,
+    ) {
+        let Some(sh) = &self.shared else { return };
+        if segs.len() > overlay::SEGS_CAP || self.tombstones > 0 {
+            self.detach();
+            return;
+        }
+        let s = overlay::Settled {
+            active,
+            off,
+            seq,
+            items: self.over.len() as u64,
+            deleted: self.over.deleted() as u64,
+            shadows: self.shadows as u64,
+            dead: self.dead as u64,
+            tail_len: self.arena.tail.len() as u64,
+            erased: self.erased.as_ref().map_or(0, |e| e.len()) as u64,
+        };
+        sh.settle(&s, segs);
+    }
+
+    /// Move the overlay (and the erased slots) into the fresh shared file `sh`. Only for
+    /// an index whose table is the snapshot's (but for erased slots); false (nothing
+    /// changed) otherwise or when the overlay does not fit.
+    pub fn attach(&mut self, sh: Shared) -> bool {
+        let Some(erased) = &self.erased else {
+            return false;
+        };
+        let (_, _, tail_cap) = sh.tail();
+        if !self.table.is_mapped()
+            || self.shared.is_some()
+            || self.tombstones > 0
+            || self.over.len() * 8 > overlay::BUCKETS * 7
+            || self.arena.tail.len() > tail_cap
+            || erased.len() > overlay::ERASED_CAP
+        {
+            return false;
+        }
+        sh.begin();
+        let (ctrl, slots) = sh.table_arrays();
+        let mut over = Table::from_counted(ctrl, slots, 0, 0).expect("an empty table");
+        for e in self.over.iter() {
+            let key = self.arena.key(e.at());
+            let h = self.hasher.hash_one(key);
+            match over.find_or_free(h, |_| false) {
+                Err(slot) => over.insert_at(slot, h, *e),
+                Ok(_) => unreachable!("no entry matches"),
+            }
+        }
+        for (n, &slot) in erased.iter().enumerate() {
+            sh.set_erased(n, slot);
+        }
+        let (map, ptr, cap) = sh.tail();
+        let mut tail = Tail::Shared {
+            _map: map,
+            ptr,
+            len: 0,
+            cap,
+        };
+        tail.extend(self.arena.tail.as_slice());
+        self.arena.tail = tail;
+        self.over = over;
+        self.shared = Some(sh);
+        true
+    }
+
+    /// Take back the overlay a killed process left in `sh` (header `h`) on this index,
+    /// fresh from its snapshot. False (nothing changed) if they do not fit together.
+    pub fn restore(&mut self, sh: Shared, h: &overlay::Header) -> bool {
+        let fresh = self.table.is_mapped()
+            && self.over.is_empty()
+            && self.arena.tail.len() == 0
+            && self.shared.is_none()
+            && self.erased.as_ref().is_some_and(|e| e.is_empty());
+        if !fresh || h.base_len != self.arena.base.len() as u64 {
+            return false;
+        }
+        // every erased slot must hold an entry of the snapshot, and be erased once
+        let buckets = self.table.buckets();
+        let mut seen = h.erased.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != h.erased.len()
+            || !h
+                .erased
+                .iter()
+                .all(|&s| (s as usize) < buckets && self.table.is_full(s as usize))
+        {
+            return false;
+        }
+        let (ctrl, slots) = sh.table_arrays();
+        let (Ok(items), Ok(deleted), Ok(tail_len)) = (
+            usize::try_from(h.items),
+            usize::try_from(h.deleted),
+            usize::try_from(h.tail_len),
+        ) else {
+            return false;
+        };
+        let Some(over) = Table::from_counted(ctrl, slots, items, deleted) else {
+            return false;
+        };
+        if h.shadows as usize > over.len() {
+            return false;
+        }
+        for &s in &h.erased {
+            self.table.erase(s as usize);
+        }
+        self.erased = Some(h.erased.clone());
+        let (map, ptr, cap) = sh.tail();
+        self.arena.tail = Tail::Shared {
+            _map: map,
+            ptr,
+            len: tail_len.min(cap),
+            cap,
+        };
+        self.over = over;
+        self.shadows = h.shadows as usize;
+        self.dead = h.dead as usize;
+        self.shared = Some(sh);
+        true
+    }
+
     /// The index as flat byte arrays, for a snapshot file. Tombstones must have been
     /// purged (they only exist during recovery).
     pub fn to_parts(&self) -> Parts<'_> {
@@ -638,7 +916,7 @@ impl Index {
             check: self.hash(CHECK_KEY),
             ctrl,
             slots,
-            arena: [&self.arena.base, &self.arena.tail],
+            arena: [&self.arena.base, self.arena.tail.as_slice()],
             dead: self.dead as u64,
             items: self.table.len() as u64,
             deleted: self.table.deleted() as u64,
@@ -684,13 +962,15 @@ impl Index {
             shadows: 0,
             arena: Arena {
                 base: arena,
-                tail: Vec::new(),
+                tail: Tail::Heap(Vec::new()),
             },
             dead: dead as usize,
             seed,
             hasher: FixedState::with_seed(seed),
             tombstones: 0,
             tombstoned: Vec::new(),
+            erased: Some(Vec::new()),
+            shared: None,
         })
     }
 }

@@ -53,6 +53,40 @@ impl Map {
         }))
     }
 
+    /// Map `len` bytes of `fd` shared, readable and writable: writes go to the page
+    /// cache, so they outlive the process (not a crash of the machine). The file must
+    /// have all of its blocks allocated (fallocate): a store into a hole on a full disk
+    /// would be a SIGBUS.
+    pub fn shared(fd: i32, len: usize) -> io::Result<Arc<Map>> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "empty file"));
+        }
+        // SAFETY: a fresh shared mapping of `len` bytes of an open file; the kernel picks
+        // the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Arc::new(Map {
+            ptr: ptr.cast(),
+            len,
+        }))
+    }
+
+    /// The start of the mapping (for arrays the caller lays out itself).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -3,6 +3,7 @@
 pub mod append;
 pub mod index;
 pub mod mapped;
+pub mod overlay;
 pub mod record;
 pub mod snapshot;
 pub mod store;

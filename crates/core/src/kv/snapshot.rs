@@ -62,6 +62,9 @@ pub struct Snapshot {
     /// Where replay resumes in the active segment.
     pub active_off: u64,
     pub segs: Vec<(u32, SnapSeg)>,
+    /// This snapshot's identity (its header's checksum and sequence number): a live
+    /// overlay file names the snapshot it was made over.
+    pub ident: u64,
     /// The verdict on the sections' checksums (see the module docs).
     pub check: Arc<Check>,
 }
@@ -327,6 +330,7 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
     if crc32c::crc32c(&b[..head_len]) != u32_at(b, head_len) {
         return Ok(None);
     }
+    let ident = (u32_at(b, head_len) as u64) << 32 ^ seq;
     let ctrl_len = buckets.checked_add(GROUP as u64);
     let slots_len = buckets.checked_mul(24);
     let fits = |off: u64, len: Option<u64>| {
@@ -408,6 +412,7 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
                 active,
                 active_off,
                 segs,
+                ident,
                 check,
             },
         ),

@@ -4,6 +4,7 @@
 use super::append::Appender;
 use super::index::{Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
 use super::mapped;
+use super::overlay;
 use super::record::{self, Kind, FLAG_BATCH, HEADER};
 use super::snapshot::{self, SnapSeg};
 use std::collections::BTreeMap;
@@ -77,6 +78,9 @@ pub struct Recovery {
     pub from_hints: u64,
     /// The index came from the `INDEX` snapshot (only records after it were replayed).
     pub from_snapshot: bool,
+    /// ... with the live overlay a killed process left (`OVERLAY`): only records after
+    /// what it covered were replayed.
+    pub from_overlay: bool,
     pub torn_bytes: u64,
     pub torn_segment: Option<String>,
     pub skipped: Vec<String>,
@@ -383,6 +387,10 @@ struct State {
     active: u32,
     next_id: u32,
     seq: u64,
+    /// The live overlay file to create at the first change of the index: (store
+    /// directory, identity of the snapshot it goes over). Made on first use, so that
+    /// opening (and a session that only reads) costs nothing more.
+    overlay_due: Option<(PathBuf, u64)>,
 }
 
 struct Commit {
@@ -831,6 +839,14 @@ impl Store {
             }),
         };
         let index_check = snap.as_ref().map(|s| s.check.clone());
+        // The live overlay goes in a shared mapping of a file: only where mapped stores
+        // are safe (see mapped_writes_safe), and not when the snapshot is not used.
+        // (URINGKIT_KV_OVERLAY=0 keeps it on the heap)
+        let shareable = snap.is_some()
+            && opts.index_snapshot
+            && std::env::var_os("URINGKIT_KV_OVERLAY").is_none_or(|v| v != "0")
+            && mapped_writes_safe(dir);
+        let ident = snap.as_ref().map(|s| s.ident);
         // dead bytes per segment: from the snapshot, plus what replay finds superseded
         let mut dead: BTreeMap<u32, u64> = BTreeMap::new();
         let mut known: BTreeMap<u32, u64> = BTreeMap::new();
@@ -845,7 +861,29 @@ impl Store {
                         known.insert(*id, ss.size);
                     }
                 }
-                (sn.index, Some((sn.active, sn.active_off)), sn.seq)
+                let mut index = sn.index;
+                let mut resume = (sn.active, sn.active_off);
+                let mut seq = sn.seq;
+                // What a killed writer's index covered, from its live overlay: replay
+                // resumes where that ends (each segment before it is complete).
+                let left = match shareable {
+                    true => overlay::Shared::open(dir, sn.ident),
+                    false => None,
+                };
+                if let Some((sh, h)) = left {
+                    let fits = h.active >= sn.active
+                        && sizes.get(&h.active).is_some_and(|&n| n >= h.off)
+                        && h.segs.iter().all(|(id, _)| sizes.contains_key(id));
+                    if fits && index.restore(sh, &h) {
+                        rec.from_overlay = true;
+                        loaded = None;
+                        known = sizes.range(..h.active).map(|(i, n)| (*i, *n)).collect();
+                        dead = h.segs.iter().copied().collect();
+                        resume = (h.active, h.off);
+                        seq = seq.max(h.seq);
+                    }
+                }
+                (index, Some(resume), seq)
             }
             None => {
                 let mut index = Index::new();
@@ -865,13 +903,13 @@ impl Store {
             let (size, s) = if let Some(&size) = known.get(&id) {
                 (size, 0)
             } else if let Some((_, from)) = resume.filter(|r| r.0 == id) {
-                let r = (id, fd, from, is_newest, opts.repair);
+                let r = (id, fd, from, is_newest, opts.repair, rec.from_overlay);
                 Self::replay(&path, r, &mut index, &mut rec, &mut dead)?
             } else if let Some(r) = Self::load_hint(dir, id, fd, &mut index, &mut dead) {
                 rec.from_hints += 1;
                 r
             } else {
-                let r = (id, fd, 0, is_newest, opts.repair);
+                let r = (id, fd, 0, is_newest, opts.repair, false);
                 scanned = true;
                 Self::replay(&path, r, &mut index, &mut rec, &mut dead)?
             };
@@ -880,6 +918,13 @@ impl Store {
         }
         index.purge_tombstones();
         index.shrink();
+        if !index.is_shared() {
+            overlay::remove(dir); // (one left by a killed writer and not used is stale)
+        }
+        let overlay_due = match (shareable, ident, index.is_shared()) {
+            (true, Some(ident), false) => Some((dir.to_path_buf(), ident)),
+            _ => None,
+        };
         if let Some(c) = &index_check {
             c.start(); // (after the replay: see Check::start)
         }
@@ -935,6 +980,8 @@ impl Store {
         if kind != ActiveKind::Plain {
             appender.set_active(Some(act.clone()));
         }
+        let dead_of = |(id, s): (&u32, &Arc<Segment>)| (*id, s.dead.load(Ordering::Relaxed));
+        index.settle((active, act_size0, seq), segs.iter().map(dead_of));
         rec.elapsed = t0.elapsed();
         let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
         let act_size = act.size.load(Ordering::Relaxed);
@@ -947,6 +994,7 @@ impl Store {
                 active,
                 next_id,
                 seq,
+                overlay_due,
             }),
             commit: Mutex::new(Commit {
                 pending: Vec::new(),
@@ -1023,12 +1071,12 @@ impl Store {
     /// (valid size, max seq).
     fn replay(
         path: &Path,
-        seg: (u32, i32, u64, bool, bool),
+        seg: (u32, i32, u64, bool, bool, bool),
         index: &mut Index,
         rec: &mut Recovery,
         dead: &mut BTreeMap<u32, u64>,
     ) -> io::Result<(u64, u64)> {
-        let (id, fd, from, newest, repair) = seg;
+        let (id, fd, from, newest, repair, zeros_end_it) = seg;
         // SAFETY: stat is POD.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is open; st is a valid out pointer.
@@ -1161,8 +1209,18 @@ impl Store {
             // an unfinished batch in an older segment: its records never happened
             *dead.entry(id).or_default() += batch.iter().map(|b| b.4).sum::<u64>();
         }
+        // Replay stopped on zeros: no record was begun there. After a process was killed
+        // (`zeros_end_it`: its live overlay was taken back, so this is the same boot and
+        // it died outside an update), nothing lies beyond either: records are written
+        // front to back, and a torn one starts with its header.
+        let stopped_on_zeros = data[end..].iter().take(HEADER).all(|&b| b == 0);
         drop(map); // unmap before truncating the file under it
-        if (end as u64) < size {
+                   // The newest segment's tail of zeros (space the appender allocated ahead and
+                   // never wrote) stays: the appender writes over it (cutting it costs a journal
+                   // update, ~1 ms, and the appender would allocate it again); closing cuts it.
+        let keep = newest
+            && ((zeros_end_it && stopped_on_zeros) || garbage_after(fd, end as u64, size)? == 0);
+        if (end as u64) < size && !keep {
             // A zero-filled tail is the appender's pre-fill or fallocate (a crash before
             // it was cut off), not a torn write: only non-zero bytes beyond the last
             // record count as torn.
@@ -1798,6 +1856,7 @@ impl Store {
                     Self::index_updates(&mut st, inf.seg_id, base, g);
                     base += g.bytes.len() as u64;
                 }
+                Self::settle_overlay(&mut st, base);
                 inf.seg.size.store(inf.off + total, Ordering::Relaxed);
                 drop(st);
                 c.write_off = inf.off + total;
@@ -1876,6 +1935,20 @@ impl Store {
         }
     }
 
+    /// With a live overlay file: say that the index now matches the active segment up to
+    /// `off` (every record indexed is in the file, and no record there is left out).
+    fn settle_overlay(st: &mut State, off: u64) {
+        let State {
+            index,
+            segs,
+            active,
+            seq,
+            ..
+        } = st;
+        let dead_of = |(id, s): (&u32, &Arc<Segment>)| (*id, s.dead.load(Ordering::Relaxed));
+        index.settle((*active, off, *seq), segs.iter().map(dead_of));
+    }
+
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
     /// counting what they replace as dead.
     fn index_updates(st: &mut State, seg: u32, base: u64, p: &Pending) {
@@ -1900,6 +1973,14 @@ impl Store {
             let ks = u.3 as usize + HEADER;
             &bytes[ks..ks + u.0 as usize]
         };
+        if let Some((dir, ident)) = st.overlay_due.take() {
+            // best effort: without it, a killed writer's successor replays from INDEX
+            if let Ok(sh) = overlay::Shared::create(&dir, ident, st.index.base_len()) {
+                if !st.index.attach(sh) {
+                    overlay::remove(&dir);
+                }
+            }
+        }
         let puts = updates.iter().filter(|u| u.1 != Kind::Delete).count();
         st.index.reserve(puts, 0); // no rehash mid-batch: warmed addresses stay valid
         let hashes: Vec<u64> = updates.iter().map(|u| st.index.hash(key(u))).collect();
@@ -2050,10 +2131,11 @@ impl Store {
                 c.write_off += data.len() as u64;
                 self.flushed.store(c.write_off, Ordering::Release);
                 {
-                    let st = self.state.read().expect("state");
+                    let mut st = self.state.write().expect("state");
                     st.segs[&st.active]
                         .size
                         .store(c.write_off, Ordering::Relaxed);
+                    Self::settle_overlay(&mut st, c.write_off);
                 }
                 c.undo.clear();
                 if sync {
@@ -2087,6 +2169,7 @@ impl Store {
                         }
                     }
                 }
+                Self::settle_overlay(&mut st, off);
                 let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
                     " (the disk is full; this write was not stored, the store is still readable)"
                 } else {
@@ -2138,6 +2221,7 @@ impl Store {
             Self::index_updates(&mut st, seg_id, base, g);
             base += g.bytes.len() as u64;
         }
+        Self::settle_overlay(&mut st, base);
         seg.size.store(off + total, Ordering::Relaxed);
         Ok(off + total)
     }
@@ -2677,7 +2761,13 @@ impl Store {
         // live records are what the index lists: it must be whole
         self.index_trusted()?;
         let _only_one = self.compacting.lock().expect("compacting");
-        // the index snapshot names the segments about to be retired: drop it first
+        // the index snapshot names the segments about to be retired: drop it first (and
+        // the live overlay made over it)
+        {
+            let mut st = self.state.write().expect("state");
+            st.index.detach();
+            st.overlay_due = None;
+        }
         snapshot::remove(&self.dir)?;
         fsync_dir(&self.dir)?;
         // 1. make every current segment immutable
@@ -2850,6 +2940,9 @@ impl Store {
             ("write_syscalls".into(), syscalls),
             // 1 when appends are copied into the active segment's shared mapping
             ("mapped_writes".into(), mapped),
+            // 1 while the index's overlay lives in the shared OVERLAY file (a killed
+            // process's successor then replays nothing it covers)
+            ("live_overlay".into(), st.index.is_shared() as u64),
             // written (in the page cache) but not yet fdatasynced: what a crash of the
             // machine could lose ("none"/"batch"); a crash of the process loses nothing
             ("unsynced_bytes".into(), unsynced),
@@ -2939,6 +3032,9 @@ impl Drop for Store {
             } else if !self.opts.index_snapshot {
                 // an older snapshot would go stale as the store changes: drop it
                 let _ = snapshot::remove(&self.dir);
+            }
+            if let Ok(mut st) = self.state.write() {
+                st.index.detach(); // (a closed store's overlay is in INDEX, if anywhere)
             }
         }
         // SAFETY: lock_fd is ours; closing releases the flock.
@@ -3262,24 +3358,62 @@ mod tests {
         let s = Store::open(d.path(), opts());
         // the forgotten store still holds the flock in this process: open a copy instead
         assert!(s.is_err());
-        let copy = tempfile::tempdir().unwrap();
-        for e in fs::read_dir(d.path()).unwrap() {
-            let e = e.unwrap();
-            if e.file_name() != "LOCK" {
-                fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+        let copy_of = |d: &Path| {
+            let copy = tempfile::tempdir().unwrap();
+            for e in fs::read_dir(d).unwrap() {
+                let e = e.unwrap();
+                if e.file_name() != "LOCK" {
+                    fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+                }
             }
+            copy
+        };
+        let same = |s: &Store| {
+            assert!(s.recovery.from_snapshot);
+            assert_eq!(s.get(b"k5").unwrap().unwrap(), b"five");
+            assert_eq!(s.get(b"k6").unwrap(), None);
+            assert_eq!(s.get(b"k7").unwrap(), None);
+            assert_eq!(s.get(b"b1").unwrap().unwrap(), b"x");
+            assert_eq!(s.get(b"k8").unwrap().unwrap(), 8u32.to_le_bytes());
+            assert_eq!(s.get(b"n1499").unwrap().unwrap(), [7; 40]);
+            assert_eq!(s.len(), 2000 - 2 + 1 + 1500);
+            assert_eq!(s.keys().unwrap().len(), s.len());
+            let dead = s.stats().iter().find(|(k, _)| k == "dead_bytes").unwrap().1;
+            assert!(dead >= dead_before, "{dead} < {dead_before}");
+        };
+        // The writer's live overlay (OVERLAY, in the page cache): nothing to replay.
+        let live = copy_of(d.path());
+        let s = Store::open(live.path(), opts()).unwrap();
+        assert!(s.recovery.from_overlay && s.recovery.records == 0);
+        same(&s);
+        s.put(b"more", b"1").unwrap(); // (and it goes on in the same file)
+        std::mem::forget(s);
+        let again = copy_of(live.path());
+        let s = Store::open(again.path(), opts()).unwrap();
+        assert!(s.recovery.from_overlay && s.recovery.records == 0);
+        assert_eq!(s.get(b"more").unwrap().unwrap(), b"1");
+        drop(s);
+        // Killed in the middle of an update (its busy word odd), from another boot, or
+        // without the file: replay from the snapshot, with the same result.
+        for spoil in [Some(32), Some(16), None] {
+            let other = copy_of(d.path());
+            let ov = other.path().join(overlay::FILE);
+            match spoil {
+                Some(at) => {
+                    let mut b = fs::read(&ov).unwrap();
+                    b[at] ^= 1;
+                    fs::write(&ov, b).unwrap();
+                }
+                None => fs::remove_file(&ov).unwrap(),
+            }
+            let s = Store::open(other.path(), opts()).unwrap();
+            assert!(!s.recovery.from_overlay && s.recovery.records > 1500);
+            same(&s);
         }
+        let copy = copy_of(d.path());
+        fs::remove_file(copy.path().join(overlay::FILE)).unwrap();
         let s = Store::open(copy.path(), opts()).unwrap();
-        assert!(s.recovery.from_snapshot);
-        assert!(s.recovery.records > 1500);
-        assert_eq!(s.get(b"k5").unwrap().unwrap(), b"five");
-        assert_eq!(s.get(b"k6").unwrap(), None);
-        assert_eq!(s.get(b"k7").unwrap(), None);
-        assert_eq!(s.get(b"b1").unwrap().unwrap(), b"x");
-        assert_eq!(s.get(b"k8").unwrap().unwrap(), 8u32.to_le_bytes());
-        assert_eq!(s.len(), 2000 - 2 + 1 + 1500);
-        let dead = s.stats().iter().find(|(k, _)| k == "dead_bytes").unwrap().1;
-        assert!(dead >= dead_before, "{dead} < {dead_before}");
+        same(&s);
         // compaction retires segments the snapshot named: it is dropped, then rewritten
         s.compact().unwrap();
         assert!(!copy.path().join(snapshot::FILE).exists());

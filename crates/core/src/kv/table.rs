@@ -119,12 +119,19 @@ pub fn count_ctrl(ctrl: &[u8], buckets: usize) -> Option<(usize, usize)> {
     if ctrl[buckets..] != ctrl[..GROUP] {
         return None;
     }
-    // branch-free (a table's control bytes are random: branches would mispredict)
+    // eight bytes at a time, branch-free (a table's control bytes are random): per
+    // byte, the top bit says full (clear) or not; the low 7 bits of a byte with the top
+    // bit set must be 0 (DELETED) or 0x7F (EMPTY)
     let (mut items, mut deleted, mut bad) = (0usize, 0usize, 0usize);
-    for &c in &ctrl[..buckets] {
-        items += (c < 0x80) as usize;
-        deleted += (c == DELETED) as usize;
-        bad += (c > DELETED && c != EMPTY) as usize;
+    let seven = LO * 0x7F;
+    for w in ctrl[..buckets].chunks_exact(GROUP) {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        let (top, low) = (w & HI, w & !HI);
+        let low_nonzero = low.wrapping_add(seven) & HI; // (no carry: 127 + 127 < 256)
+        let low_not_7f = (low ^ seven).wrapping_add(seven) & HI;
+        items += (!w & HI).count_ones() as usize;
+        deleted += (top & !low_nonzero).count_ones() as usize;
+        bad += (top & low_nonzero & low_not_7f).count_ones() as usize;
     }
     (bad == 0 && items + deleted <= capacity(buckets)).then_some((items, deleted))
 }
@@ -216,6 +223,16 @@ impl<T: Slot> Table<T> {
 
     pub fn buckets(&self) -> usize {
         self.mask + 1
+    }
+
+    /// How many values fit before the table must grow.
+    pub fn room(&self) -> usize {
+        self.growth_left
+    }
+
+    /// Whether `slot` holds a value.
+    pub fn is_full(&self, slot: usize) -> bool {
+        self.ctrl.get(slot).is_some_and(|&c| c < 0x80)
     }
 
     fn group(&self, pos: usize) -> u64 {
@@ -492,6 +509,27 @@ mod tests {
             assert!(t.find_or_free(hash(k), |v| *v == k).is_err()); // a deleted slot is free
         }
         assert!(count_ctrl(&[DELETED; 64 + GROUP], 64).is_none());
+    }
+
+    #[test]
+    fn control_byte_counts_match_a_byte_by_byte_count() {
+        // every byte value at every position of a group, among full/empty/deleted ones
+        let base: Vec<u8> = (0..64).map(|i| [EMPTY, DELETED, 5, 0x7F][i % 4]).collect();
+        for v in 0..=255u8 {
+            for at in 0..GROUP {
+                let mut ctrl = base.clone();
+                ctrl[at] = v;
+                ctrl.extend_from_within(..GROUP);
+                let naive = {
+                    let b = &ctrl[..64];
+                    let items = b.iter().filter(|&&c| c < 0x80).count();
+                    let deleted = b.iter().filter(|&&c| c == DELETED).count();
+                    let bad = b.iter().any(|&c| c > DELETED && c != EMPTY);
+                    (!bad && items + deleted <= capacity(64)).then_some((items, deleted))
+                };
+                assert_eq!(count_ctrl(&ctrl, 64), naive, "byte {v:#x} at {at}");
+            }
+        }
     }
 
     #[test]
