@@ -867,16 +867,16 @@ impl Index {
         }
         let (ctrl, slots) = sh.table_arrays();
         let (Ok(items), Ok(deleted), Ok(tail_len)) = (
-            usize::try_from(h.items),
-            usize::try_from(h.deleted),
-            usize::try_from(h.tail_len),
+            usize::try_from(h.at.items),
+            usize::try_from(h.at.deleted),
+            usize::try_from(h.at.tail_len),
         ) else {
             return false;
         };
         let Some(over) = Table::from_counted(ctrl, slots, items, deleted) else {
             return false;
         };
-        if h.shadows as usize > over.len() {
+        if h.at.shadows as usize > over.len() {
             return false;
         }
         for &s in &h.erased {
@@ -891,8 +891,8 @@ impl Index {
             cap,
         };
         self.over = over;
-        self.shadows = h.shadows as usize;
-        self.dead = h.dead as usize;
+        self.shadows = h.at.shadows as usize;
+        self.dead = h.at.dead as usize;
         self.shared = Some(sh);
         true
     }

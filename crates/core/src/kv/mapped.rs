@@ -29,28 +29,7 @@ impl Map {
     /// process). The caller keeps the file from being truncated while it is mapped (a
     /// store's files are only replaced by rename, never shortened in place).
     pub fn private(fd: i32, len: usize) -> io::Result<Arc<Map>> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "empty file"));
-        }
-        // SAFETY: a fresh private mapping of `len` bytes of an open file; the kernel picks
-        // the address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                fd,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Arc::new(Map {
-            ptr: ptr.cast(),
-            len,
-        }))
+        Self::new(fd, len, libc::MAP_PRIVATE)
     }
 
     /// Map `len` bytes of `fd` shared, readable and writable: writes go to the page
@@ -58,17 +37,21 @@ impl Map {
     /// have all of its blocks allocated (fallocate): a store into a hole on a full disk
     /// would be a SIGBUS.
     pub fn shared(fd: i32, len: usize) -> io::Result<Arc<Map>> {
+        Self::new(fd, len, libc::MAP_SHARED)
+    }
+
+    fn new(fd: i32, len: usize, flags: i32) -> io::Result<Arc<Map>> {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "empty file"));
         }
-        // SAFETY: a fresh shared mapping of `len` bytes of an open file; the kernel picks
-        // the address.
+        // SAFETY: a fresh mapping of `len` bytes of an open file; the kernel picks the
+        // address.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                flags,
                 fd,
                 0,
             )

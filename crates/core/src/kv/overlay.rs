@@ -65,22 +65,26 @@ const SLOTS_OFF: usize = up(CTRL_OFF + BUCKETS + GROUP);
 const TAIL_OFF: usize = up(SLOTS_OFF + BUCKETS * 24);
 pub const LEN: usize = up(TAIL_OFF + TAIL_CAP);
 
-// header words
-const W_MAGIC: usize = 0;
-const W_IDENT: usize = 1;
-const W_BOOT: usize = 2; // and 3
-const W_BUSY: usize = 4;
-const W_ACTIVE: usize = 5;
-const W_OFF: usize = 6;
-const W_SEQ: usize = 7;
-const W_ITEMS: usize = 8;
-const W_DELETED: usize = 9;
-const W_SHADOWS: usize = 10;
-const W_DEAD: usize = 11;
-const W_TAIL: usize = 12;
-const W_ERASED: usize = 13;
-const W_SEGS: usize = 14;
-const W_BASE: usize = 15;
+/// The header's words (u64 each, in this order from offset 0).
+#[derive(Clone, Copy)]
+enum W {
+    Magic,
+    Ident,
+    Boot,
+    Boot2,
+    Busy,
+    Active,
+    Off,
+    Seq,
+    Items,
+    Deleted,
+    Shadows,
+    Dead,
+    Tail,
+    Erased,
+    Segs,
+    Base,
+}
 
 /// What an update left behind, written to the header before `busy` goes even.
 pub struct Settled {
@@ -96,16 +100,9 @@ pub struct Settled {
     pub erased: u64,
 }
 
-/// A header that passed its checks, with the lists it holds.
+/// A header that passed its checks (what the last update left), with the lists it holds.
 pub struct Header {
-    pub active: u32,
-    pub off: u64,
-    pub seq: u64,
-    pub items: u64,
-    pub deleted: u64,
-    pub shadows: u64,
-    pub dead: u64,
-    pub tail_len: u64,
+    pub at: Settled,
     pub base_len: u64,
     pub erased: Vec<u32>,
     pub segs: Vec<(u32, u64)>,
@@ -131,19 +128,19 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn word(&self, i: usize) -> &AtomicU64 {
-        debug_assert!(i < PAGE / 8);
+    fn word(&self, w: W) -> &AtomicU64 {
+        let i = w as usize;
         // SAFETY: the header page lies inside the mapping (LEN > PAGE), the mapping is
         // page-aligned so every word is 8-aligned, and it lives as long as self.
         unsafe { &*self.map.as_ptr().add(i * 8).cast::<AtomicU64>() }
     }
 
-    fn get(&self, i: usize) -> u64 {
-        self.word(i).load(Ordering::Relaxed)
+    fn get(&self, w: W) -> u64 {
+        self.word(w).load(Ordering::Relaxed)
     }
 
-    fn set(&self, i: usize, v: u64) {
-        self.word(i).store(v, Ordering::Relaxed)
+    fn set(&self, w: W, v: u64) {
+        self.word(w).store(v, Ordering::Relaxed)
     }
 
     /// A new, empty overlay over the snapshot `ident` (whose key arena is `base_len`
@@ -183,12 +180,12 @@ impl Shared {
         unsafe {
             std::ptr::write_bytes(sh.map.as_ptr().add(CTRL_OFF), 0xFF, BUCKETS + GROUP);
         }
-        sh.set(W_BUSY, 1); // (odd until the first update is settled)
-        sh.set(W_IDENT, ident);
-        sh.set(W_BOOT, boot[0]);
-        sh.set(W_BOOT + 1, boot[1]);
-        sh.set(W_BASE, base_len);
-        sh.word(W_MAGIC).store(MAGIC, Ordering::Release);
+        sh.set(W::Busy, 1); // (odd until the first update is settled)
+        sh.set(W::Ident, ident);
+        sh.set(W::Boot, boot[0]);
+        sh.set(W::Boot2, boot[1]);
+        sh.set(W::Base, base_len);
+        sh.word(W::Magic).store(MAGIC, Ordering::Release);
         Ok(sh)
     }
 
@@ -209,15 +206,15 @@ impl Shared {
         map.advise_random();
         let sh = Shared { map, path };
         let boot = boot_id()?;
-        let ok = sh.get(W_MAGIC) == MAGIC
-            && sh.get(W_IDENT) == ident
-            && [sh.get(W_BOOT), sh.get(W_BOOT + 1)] == boot
-            && sh.get(W_BUSY) & 1 == 0;
+        let ok = sh.get(W::Magic) == MAGIC
+            && sh.get(W::Ident) == ident
+            && [sh.get(W::Boot), sh.get(W::Boot2)] == boot
+            && sh.get(W::Busy) & 1 == 0;
         if !ok {
             return None;
         }
-        let (items, deleted) = (sh.get(W_ITEMS), sh.get(W_DELETED));
-        let (tail_len, nerased, nsegs) = (sh.get(W_TAIL), sh.get(W_ERASED), sh.get(W_SEGS));
+        let (items, deleted) = (sh.get(W::Items), sh.get(W::Deleted));
+        let (tail_len, nerased, nsegs) = (sh.get(W::Tail), sh.get(W::Erased), sh.get(W::Segs));
         if tail_len > TAIL_CAP as u64 || nerased > ERASED_CAP as u64 || nsegs > SEGS_CAP as u64 {
             return None;
         }
@@ -243,15 +240,18 @@ impl Shared {
             })
             .collect();
         let h = Header {
-            active: sh.get(W_ACTIVE) as u32,
-            off: sh.get(W_OFF),
-            seq: sh.get(W_SEQ),
-            items,
-            deleted,
-            shadows: sh.get(W_SHADOWS),
-            dead: sh.get(W_DEAD),
-            tail_len,
-            base_len: sh.get(W_BASE),
+            at: Settled {
+                active: sh.get(W::Active) as u32,
+                off: sh.get(W::Off),
+                seq: sh.get(W::Seq),
+                items,
+                deleted,
+                shadows: sh.get(W::Shadows),
+                dead: sh.get(W::Dead),
+                tail_len,
+                erased: nerased,
+            },
+            base_len: sh.get(W::Base),
             erased,
             segs,
         };
@@ -286,7 +286,7 @@ impl Shared {
 
     /// An update begins: until [`Shared::settle`], the file does not describe the index.
     pub fn begin(&self) {
-        let b = self.word(W_BUSY);
+        let b = self.word(W::Busy);
         let v = b.load(Ordering::Relaxed);
         if v & 1 == 0 {
             b.store(v + 1, Ordering::Relaxed);
@@ -326,20 +326,20 @@ impl Shared {
             n += 1;
         }
         for (w, v) in [
-            (W_ACTIVE, s.active as u64),
-            (W_OFF, s.off),
-            (W_SEQ, s.seq),
-            (W_ITEMS, s.items),
-            (W_DELETED, s.deleted),
-            (W_SHADOWS, s.shadows),
-            (W_DEAD, s.dead),
-            (W_TAIL, s.tail_len),
-            (W_ERASED, s.erased),
-            (W_SEGS, n as u64),
+            (W::Active, s.active as u64),
+            (W::Off, s.off),
+            (W::Seq, s.seq),
+            (W::Items, s.items),
+            (W::Deleted, s.deleted),
+            (W::Shadows, s.shadows),
+            (W::Dead, s.dead),
+            (W::Tail, s.tail_len),
+            (W::Erased, s.erased),
+            (W::Segs, n as u64),
         ] {
             self.set(w, v);
         }
-        let b = self.word(W_BUSY);
+        let b = self.word(W::Busy);
         let v = b.load(Ordering::Relaxed);
         if v & 1 == 1 {
             // every store above (and the update's) is emitted before this one

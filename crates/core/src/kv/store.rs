@@ -871,16 +871,17 @@ impl Store {
                     false => None,
                 };
                 if let Some((sh, h)) = left {
-                    let fits = h.active >= sn.active
-                        && sizes.get(&h.active).is_some_and(|&n| n >= h.off)
+                    let at = (h.at.active, h.at.off);
+                    let fits = at.0 >= sn.active
+                        && sizes.get(&at.0).is_some_and(|&n| n >= at.1)
                         && h.segs.iter().all(|(id, _)| sizes.contains_key(id));
                     if fits && index.restore(sh, &h) {
                         rec.from_overlay = true;
                         loaded = None;
-                        known = sizes.range(..h.active).map(|(i, n)| (*i, *n)).collect();
+                        known = sizes.range(..at.0).map(|(i, n)| (*i, *n)).collect();
                         dead = h.segs.iter().copied().collect();
-                        resume = (h.active, h.off);
-                        seq = seq.max(h.seq);
+                        resume = at;
+                        seq = seq.max(h.at.seq);
                     }
                 }
                 (index, Some(resume), seq)
