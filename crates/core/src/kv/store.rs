@@ -1087,9 +1087,13 @@ impl Store {
         // (from > 0: only the tail after the index snapshot is read, not the whole file)
         // (read ahead only up to the first hole: past it lies what the appender allocated
         // and never wrote, if anything)
-        let until = match seek_region(fd, from, libc::SEEK_HOLE) {
-            Ok(Some(h)) => h.min(size),
-            _ => size,
+        let until = if zeros_end_it {
+            from // (few records, if any, follow a live overlay: no read-ahead)
+        } else {
+            match seek_region(fd, from, libc::SEEK_HOLE) {
+                Ok(Some(h)) => h.min(size),
+                _ => size,
+            }
         };
         let map = ReadMap::new(fd, size as usize, from as usize, until as usize)?;
         let data: &[u8] = map.bytes();

@@ -121,17 +121,27 @@ pub fn count_ctrl(ctrl: &[u8], buckets: usize) -> Option<(usize, usize)> {
     }
     // eight bytes at a time, branch-free (a table's control bytes are random): per
     // byte, the top bit says full (clear) or not; the low 7 bits of a byte with the top
-    // bit set must be 0 (DELETED) or 0x7F (EMPTY)
-    let (mut items, mut deleted, mut bad) = (0usize, 0usize, 0usize);
+    // bit set must be 0 (DELETED) or 0x7F (EMPTY). Counts accumulate per byte lane (0
+    // or 1 added per word), summed every 255 words, before a lane could overflow.
     let seven = LO * 0x7F;
-    for w in ctrl[..buckets].chunks_exact(GROUP) {
-        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        let (top, low) = (w & HI, w & !HI);
-        let low_nonzero = low.wrapping_add(seven) & HI; // (no carry: 127 + 127 < 256)
-        let low_not_7f = (low ^ seven).wrapping_add(seven) & HI;
-        items += (!w & HI).count_ones() as usize;
-        deleted += (top & !low_nonzero).count_ones() as usize;
-        bad += (top & low_nonzero & low_not_7f).count_ones() as usize;
+    let lanes = |x: u64| {
+        let pairs = (x & 0x00FF_00FF_00FF_00FF) + ((x >> 8) & 0x00FF_00FF_00FF_00FF);
+        (pairs.wrapping_mul(0x0001_0001_0001_0001) >> 48) as usize
+    };
+    let (mut items, mut deleted, mut bad) = (0usize, 0usize, 0u64);
+    for block in ctrl[..buckets].chunks(GROUP * 255) {
+        let (mut full, mut del) = (0u64, 0u64);
+        for w in block.chunks_exact(GROUP) {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            let (top, low) = (w & HI, w & !HI);
+            let low_nonzero = low.wrapping_add(seven) & HI; // (no carry: 127 + 127 < 256)
+            let low_not_7f = (low ^ seven).wrapping_add(seven) & HI;
+            full += (!w & HI) >> 7;
+            del += (top & !low_nonzero) >> 7;
+            bad |= top & low_nonzero & low_not_7f;
+        }
+        items += lanes(full);
+        deleted += lanes(del);
     }
     (bad == 0 && items + deleted <= capacity(buckets)).then_some((items, deleted))
 }
@@ -530,6 +540,21 @@ mod tests {
                 assert_eq!(count_ctrl(&ctrl, 64), naive, "byte {v:#x} at {at}");
             }
         }
+        // a large table (counts summed over many 255-word blocks)
+        let n = 1 << 16;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut ctrl: Vec<u8> = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                [EMPTY, EMPTY, DELETED, (x >> 40) as u8 & 0x7F][(x & 3) as usize]
+            })
+            .collect();
+        ctrl.extend_from_within(..GROUP);
+        let items = ctrl[..n].iter().filter(|&&c| c < 0x80).count();
+        let deleted = ctrl[..n].iter().filter(|&&c| c == DELETED).count();
+        assert_eq!(count_ctrl(&ctrl, n), Some((items, deleted)));
     }
 
     #[test]
