@@ -82,3 +82,14 @@ def test_bench_quick_xkv_and_sqlite(tmp_path: Path) -> None:
         assert "no plot" in out.stdout
     else:
         assert (tmp_path / "kv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_target_ratios_never_round_onto_the_other_side() -> None:
+    """1.497x against a 1.5x target is shown as 1.497x (unmet), not as "1.50x" — the
+    kv bench printed an unmet "1.50x" in session 12."""
+    from uringkit.kv.bench import shown_ratio
+
+    assert shown_ratio(1.497, 1.5) == "1.497×"
+    assert shown_ratio(0.996, 1.0) == "0.996×"
+    assert shown_ratio(1.5, 1.5) == "1.50×" and shown_ratio(1.234, 1.0) == "1.23×"
+    assert shown_ratio(0.94, 1.0) == "0.94×"
