@@ -3338,6 +3338,59 @@ mod tests {
         }
     }
 
+    /// A copy of store directory `d` without its LOCK (the copy of a killed writer's
+    /// files: a forgotten store keeps its flock in this process).
+    fn copy_without_lock(d: &Path) -> tempfile::TempDir {
+        let copy = tempfile::tempdir().unwrap();
+        for e in fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            if e.file_name() != "LOCK" {
+                fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+            }
+        }
+        copy
+    }
+
+    #[test]
+    fn an_overlay_that_outgrows_its_file_goes_back_to_the_heap() {
+        let o = || Options {
+            durability: Durability::None,
+            ..opts()
+        };
+        let d = tempfile::tempdir().unwrap();
+        drop(Store::open(d.path(), o()).unwrap()); // (an INDEX to open from)
+                                                   // too many keys (merged into the table), then too many bytes of keys
+        for (n, klen) in [(OVERLAY_MAX + 10, 8), (3000, 2000)] {
+            let s = Store::open(d.path(), o()).unwrap();
+            assert!(s.recovery.from_snapshot);
+            s.put(b"first", b"1").unwrap();
+            assert!(s.state.read().unwrap().index.is_shared());
+            assert!(d.path().join(overlay::FILE).exists());
+            for i in 0..n {
+                let mut k = format!("{klen}-{i}-").into_bytes();
+                k.resize(klen, b'k');
+                s.put(&k, b"v").unwrap();
+            }
+            assert!(!s.state.read().unwrap().index.is_shared());
+            assert!(!d.path().join(overlay::FILE).exists());
+            let want = s.len();
+            std::mem::forget(s); // killed: its successor replays from INDEX
+            let copy = copy_without_lock(d.path());
+            let s = Store::open(copy.path(), o()).unwrap();
+            assert!(!s.recovery.from_overlay && s.recovery.records as usize > n);
+            assert_eq!(s.len(), want);
+            assert_eq!(s.get(b"first").unwrap().unwrap(), b"1");
+            drop(s);
+            // (and the next round starts over from that copy's new INDEX)
+            fs::remove_dir_all(d.path()).unwrap();
+            fs::create_dir(d.path()).unwrap();
+            for e in fs::read_dir(copy.path()).unwrap() {
+                let e = e.unwrap();
+                fs::copy(e.path(), d.path().join(e.file_name())).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn snapshot_then_tail_replay_and_stale_snapshots_are_ignored() {
         let d = tempfile::tempdir().unwrap();
@@ -3363,16 +3416,7 @@ mod tests {
         let s = Store::open(d.path(), opts());
         // the forgotten store still holds the flock in this process: open a copy instead
         assert!(s.is_err());
-        let copy_of = |d: &Path| {
-            let copy = tempfile::tempdir().unwrap();
-            for e in fs::read_dir(d).unwrap() {
-                let e = e.unwrap();
-                if e.file_name() != "LOCK" {
-                    fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
-                }
-            }
-            copy
-        };
+        let copy_of = copy_without_lock;
         let same = |s: &Store| {
             assert!(s.recovery.from_snapshot);
             assert_eq!(s.get(b"k5").unwrap().unwrap(), b"five");
