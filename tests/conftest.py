@@ -151,14 +151,16 @@ def umount(path: Path) -> None:
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 1 MiB tmpfs (for disk-full tests); skipped where mounting is not allowed."""
+def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A real 1 MiB tmpfs (for disk-full tests; another size with indirect
+    parametrization, e.g. "10m"); skipped where mounting is not allowed."""
     import subprocess
 
+    size = getattr(request, "param", "1m")
     small = tmp_path / "small"
     small.mkdir()
     mnt = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(small)],
         capture_output=True,
         text=True,
     )

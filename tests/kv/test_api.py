@@ -506,6 +506,61 @@ def test_disk_full_takes_the_failed_write_back(small_fs: Path, big: int) -> None
         assert len(db) == len(expect) and db.recovery["torn_bytes"] == 0
 
 
+FILL_AND_WAIT = """
+import sys
+from uringkit import kv
+db = kv.open(sys.argv[1], durability="none")
+db.put(b"first", b"1")
+print(db.stats()["live_overlay"], flush=True)
+n = 0
+try:
+    for i in range(100_000):
+        db.write([(b"keep%d" % (i % 50), b"new%d" % i), (b"fresh%d" % i, b"y" * 2000)])
+        n = i + 1
+except OSError as e:
+    assert "No space left" in str(e), e
+print(n, flush=True)
+import time; time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("small_fs", ["1m", "10m"], indirect=True)
+def test_disk_full_with_a_live_overlay(small_fs: Path) -> None:
+    """A store reopened from INDEX keeps its overlay in OVERLAY (7.4 MiB, allocated up
+    front): on a 1 MiB filesystem that file cannot be made and the overlay stays on the
+    heap; on 10 MiB it is made, and the records then fill the disk — the write that does
+    not fit is taken out of the live overlay too, and the writer, killed after it,
+    reopens (from the overlay) with exactly what was acknowledged."""
+    import signal
+
+    p = small_fs / "db"
+    with kv.open(p, durability="none") as db:
+        db.write([(b"keep%d" % i, b"safe") for i in range(50)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FILL_AND_WAIT, str(p)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    live, n = int(proc.stdout.readline()), int(proc.stdout.readline())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert live == (_fs_size(small_fs) > 8 << 20)
+    assert n > 0  # some writes went in before the disk filled
+    with kv.open(p, durability="none") as db:
+        assert db.recovery["from_overlay"] == bool(live)
+        assert db.get(b"first") == b"1" and len(db) == 50 + 1 + n
+        assert db.get(b"fresh%d" % (n - 1)) == b"y" * 2000 and db.get(b"fresh%d" % n) is None
+        for j in range(50):
+            last = max((i for i in range(n) if i % 50 == j), default=None)
+            assert db.get(b"keep%d" % j) == (b"safe" if last is None else b"new%d" % last)
+        assert db.check()[1] == []
+
+
+def _fs_size(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
 @pytest.mark.parametrize("mapped", ["1", "0"], ids=["mapped", "pwrite"])
 @pytest.mark.parametrize("mode", ["none", "batch"])
 def test_unsynced_writes_survive_a_killed_process(tmp_path: Path, mode: str, mapped: str) -> None:
