@@ -507,6 +507,9 @@ pub struct Store {
     group_commits: AtomicU64,
     /// `warm_up` ran (it starts its reading at most once per open).
     warm_started: AtomicBool,
+    /// `State::overlay_due` is set: the next index change creates the `OVERLAY` file
+    /// (system calls that may block), so `write_nonblocking` declines until then.
+    overlay_pending: AtomicBool,
     /// ... and started its thread.
     warm_running: AtomicBool,
     /// Set when the store closes: the warm-up thread stops at its next chunk.
@@ -926,6 +929,7 @@ impl Store {
             (true, Some(ident), false) => Some((dir.to_path_buf(), ident)),
             _ => None,
         };
+        let overlay_pending = overlay_due.is_some();
         if let Some(c) = &index_check {
             c.start(); // (after the replay: see Check::start)
         }
@@ -1020,6 +1024,7 @@ impl Store {
             index_check,
             group_commits: AtomicU64::new(0),
             warm_started: AtomicBool::new(false),
+            overlay_pending: AtomicBool::new(overlay_pending),
             warm_running: AtomicBool::new(false),
             warm_stop: Arc::new(AtomicBool::new(false)),
             warmed: Arc::new(AtomicU64::new(0)),
@@ -2052,7 +2057,12 @@ impl Store {
             .appender
             .as_ref()
             .is_some_and(|a| a.stores_inline(end, len));
-        if c.leader || due || !mapped_room || end + len as u64 > self.opts.segment_size {
+        if c.leader
+            || due
+            || !mapped_room
+            || end + len as u64 > self.opts.segment_size
+            || self.overlay_pending.load(Ordering::Relaxed)
+        {
             return Ok(false);
         }
         self.buffer_locked(&mut c, ops, atomic && ops.len() > 1)?;
@@ -2072,6 +2082,10 @@ impl Store {
         let base = c.write_off + from as u64;
         let (seq, updates) = self.encode_into(&mut c.wbuf, ops, atomic)?;
         let mut st = self.state.write().expect("state");
+        if self.overlay_pending.load(Ordering::Relaxed) {
+            // (index_records below creates the file if it is due)
+            self.overlay_pending.store(false, Ordering::Relaxed);
+        }
         let seg = st.active;
         let (wbuf, undo) = (&c.wbuf, &mut c.undo);
         let undo = Some((undo, from));
@@ -2772,6 +2786,7 @@ impl Store {
             let mut st = self.state.write().expect("state");
             st.index.detach();
             st.overlay_due = None;
+            self.overlay_pending.store(false, Ordering::Relaxed);
         }
         snapshot::remove(&self.dir)?;
         fsync_dir(&self.dir)?;
