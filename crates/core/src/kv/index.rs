@@ -742,9 +742,13 @@ impl Index {
         if self.shared.is_some() {
             let tail = self.arena.tail.capacity() - self.arena.tail.len();
             let erased = self.erased.as_ref().map_or(usize::MAX, |e| e.len());
+            let cap = self
+                .shared
+                .as_ref()
+                .map_or(0, |sh| sh.layout().erased_cap());
             if keys > self.over.room()
                 || bytes.saturating_add(keys * 7) > tail
-                || erased.saturating_add(erasures) > overlay::ERASED_CAP
+                || erased.saturating_add(erasures) > cap
             {
                 self.detach();
             }
@@ -807,9 +811,9 @@ impl Index {
         if !self.table.is_mapped()
             || self.shared.is_some()
             || self.tombstones > 0
-            || self.over.len() * 8 > overlay::BUCKETS * 7
+            || self.over.len() * 8 > sh.layout().buckets * 7
             || self.arena.tail.len() > tail_cap
-            || erased.len() > overlay::ERASED_CAP
+            || erased.len() > sh.layout().erased_cap()
         {
             return false;
         }

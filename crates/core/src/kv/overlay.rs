@@ -19,18 +19,18 @@
 //! over another snapshot (the snapshot's identity is in the header), of another layout,
 //! or whose counts do not match its control bytes.
 //!
-//! Layout (little-endian u64 header words, then page-aligned sections; sizes fixed, the
-//! file fully allocated with `fallocate` so that no store into it can fault on a full
-//! disk):
+//! Layout (little-endian u64 header words, then page-aligned sections, sized per store
+//! by [`Layout::for_snapshot`] — 0.12 MiB for a small store, 7.4 MiB at most — and
+//! fully allocated with `fallocate`, so that no store into it can fault on a full disk):
 //! ```text
 //! header  magic+version, snapshot ident, boot id (2 words), busy, active segment,
 //!         offset, seq, table items, table deleted, shadows, dead key bytes, key bytes,
-//!         erased count, segment count, snapshot arena length
+//!         erased count, segment count, snapshot arena length, buckets, key capacity
 //! segs    SEGS_CAP × (u32 id, u32 0, u64 dead bytes)
-//! erased  ERASED_CAP × u32: snapshot slots erased, in order
-//! ctrl    BUCKETS + 8 control bytes of the overlay table
-//! slots   BUCKETS × 24-byte entries
-//! keys    TAIL_CAP bytes: the keys added since the snapshot (the arena's tail)
+//! erased  buckets / 2 × u32: snapshot slots erased, in order
+//! ctrl    buckets + 8 control bytes of the overlay table
+//! slots   buckets × 24-byte entries
+//! keys    key capacity: the keys added since the snapshot (the arena's tail)
 //! ```
 //! When the overlay outgrows any of these (it is merged into the table at
 //! `OVERLAY_MAX` keys anyway), the store goes on with a heap overlay and removes the
@@ -44,26 +44,74 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub const FILE: &str = "OVERLAY";
-const MAGIC: u64 = u32::from_le_bytes(*b"XVO1") as u64 | (1 << 32);
-/// Buckets of the overlay table: `OVERLAY_MAX` (65,536) keys at 7/8 load leave room for
-/// as many erased slots again.
-pub const BUCKETS: usize = 1 << 17;
-const GROUP: usize = 8;
-/// Bytes of keys the file holds (`[u32 len][key]` at 4-byte boundaries).
-pub const TAIL_CAP: usize = 4 << 20;
-pub const ERASED_CAP: usize = 1 << 16;
+const MAGIC: u64 = u32::from_le_bytes(*b"XVO1") as u64 | (2 << 32);
+/// Most buckets an overlay table has: `OVERLAY_MAX` (65,536) keys at 7/8 load leave
+/// room for as many erased slots again. A store of fewer keys gets a smaller file.
+pub const MAX_BUCKETS: usize = 1 << 17;
+const MIN_BUCKETS: usize = 1 << 10;
+/// Most bytes of keys a file holds (`[u32 len][key]` at 4-byte boundaries).
+pub const MAX_TAIL: usize = 4 << 20;
+const MIN_TAIL: usize = 64 << 10;
 pub const SEGS_CAP: usize = 1024;
+const GROUP: usize = 8;
 const PAGE: usize = 4096;
 
 const fn up(x: usize) -> usize {
     x.div_ceil(PAGE) * PAGE
 }
-const SEGS_OFF: usize = PAGE;
-const ERASED_OFF: usize = up(SEGS_OFF + SEGS_CAP * 16);
-const CTRL_OFF: usize = up(ERASED_OFF + ERASED_CAP * 4);
-const SLOTS_OFF: usize = up(CTRL_OFF + BUCKETS + GROUP);
-const TAIL_OFF: usize = up(SLOTS_OFF + BUCKETS * 24);
-pub const LEN: usize = up(TAIL_OFF + TAIL_CAP);
+
+/// Where a file's sections lie, from its table's buckets and its key capacity.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Layout {
+    pub buckets: usize,
+    pub tail_cap: usize,
+}
+
+impl Layout {
+    /// The size for a store whose snapshot holds `keys` keys in `key_bytes` bytes: room
+    /// for about as many new keys again, within [1,024 buckets and 64 KiB of keys,
+    /// 131,072 and 4 MiB] — 0.12 MiB for a small store, 7.4 MiB from 128K keys up. An
+    /// overlay that outgrows its file goes back to the heap (a killed writer is then
+    /// replayed from INDEX: a session that doubled a small store).
+    pub fn for_snapshot(keys: usize, key_bytes: usize) -> Layout {
+        Layout {
+            buckets: keys
+                .min(MAX_BUCKETS)
+                .next_power_of_two()
+                .clamp(MIN_BUCKETS, MAX_BUCKETS),
+            tail_cap: up(key_bytes.min(MAX_TAIL)).clamp(MIN_TAIL, MAX_TAIL),
+        }
+    }
+
+    fn valid(&self) -> bool {
+        self.buckets.is_power_of_two()
+            && (MIN_BUCKETS..=MAX_BUCKETS).contains(&self.buckets)
+            && (MIN_TAIL..=MAX_TAIL).contains(&self.tail_cap)
+    }
+
+    /// Erased snapshot slots the file can list.
+    pub fn erased_cap(&self) -> usize {
+        self.buckets / 2
+    }
+    fn segs_off(&self) -> usize {
+        PAGE
+    }
+    fn erased_off(&self) -> usize {
+        up(self.segs_off() + SEGS_CAP * 16)
+    }
+    fn ctrl_off(&self) -> usize {
+        up(self.erased_off() + self.erased_cap() * 4)
+    }
+    fn slots_off(&self) -> usize {
+        up(self.ctrl_off() + self.buckets + GROUP)
+    }
+    fn tail_off(&self) -> usize {
+        up(self.slots_off() + self.buckets * 24)
+    }
+    pub fn file_len(&self) -> usize {
+        up(self.tail_off() + self.tail_cap)
+    }
+}
 
 /// The header's words (u64 each, in this order from offset 0).
 #[derive(Clone, Copy)]
@@ -84,6 +132,8 @@ enum W {
     Erased,
     Segs,
     Base,
+    Buckets,
+    TailCap,
 }
 
 /// What an update left behind, written to the header before `busy` goes even.
@@ -125,12 +175,13 @@ fn read_boot_id() -> Option<[u64; 2]> {
 pub struct Shared {
     map: Arc<Map>,
     path: PathBuf,
+    lay: Layout,
 }
 
 impl Shared {
     fn word(&self, w: W) -> &AtomicU64 {
         let i = w as usize;
-        // SAFETY: the header page lies inside the mapping (LEN > PAGE), the mapping is
+        // SAFETY: the header page lies inside the mapping (len > PAGE), the mapping is
         // page-aligned so every word is 8-aligned, and it lives as long as self.
         unsafe { &*self.map.as_ptr().add(i * 8).cast::<AtomicU64>() }
     }
@@ -147,7 +198,8 @@ impl Shared {
     /// bytes), replacing any file there. Fails where the file cannot be fully allocated
     /// (a full disk, a filesystem without fallocate) or the boot id is unknown: the
     /// store then keeps its overlay on the heap.
-    pub fn create(dir: &Path, ident: u64, base_len: u64) -> io::Result<Shared> {
+    pub fn create(dir: &Path, ident: u64, base_len: u64, lay: Layout) -> io::Result<Shared> {
+        assert!(lay.valid(), "{lay:?}");
         let boot = boot_id().ok_or_else(|| io::Error::other("no boot id"))?;
         let path = dir.join(FILE);
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
@@ -159,8 +211,8 @@ impl Shared {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd is ours; fallocate allocates blocks (reads stay zero).
-        let r = match unsafe { libc::fallocate(fd, 0, 0, LEN as i64) } {
-            0 => Map::shared(fd, LEN),
+        let r = match unsafe { libc::fallocate(fd, 0, 0, lay.file_len() as i64) } {
+            0 => Map::shared(fd, lay.file_len()),
             _ => Err(io::Error::last_os_error()),
         };
         // SAFETY: fd is ours (the mapping keeps the file).
@@ -175,16 +227,22 @@ impl Shared {
         // a fault reads (or, here, zero-fills) one page, not the device's read-ahead
         // window around it (8 MiB on some disks: ~3 ms for the first touch)
         map.advise_random();
-        let sh = Shared { map, path };
-        // SAFETY: [CTRL_OFF, CTRL_OFF + BUCKETS + GROUP) lies inside the mapping.
+        let sh = Shared { map, path, lay };
+        // SAFETY: the control bytes lie inside the mapping (the file's length covers them).
         unsafe {
-            std::ptr::write_bytes(sh.map.as_ptr().add(CTRL_OFF), 0xFF, BUCKETS + GROUP);
+            std::ptr::write_bytes(
+                sh.map.as_ptr().add(lay.ctrl_off()),
+                0xFF,
+                lay.buckets + GROUP,
+            );
         }
         sh.set(W::Busy, 1); // (odd until the first update is settled)
         sh.set(W::Ident, ident);
         sh.set(W::Boot, boot[0]);
         sh.set(W::Boot2, boot[1]);
         sh.set(W::Base, base_len);
+        sh.set(W::Buckets, lay.buckets as u64);
+        sh.set(W::TailCap, lay.tail_cap as u64);
         sh.word(W::Magic).store(MAGIC, Ordering::Release);
         Ok(sh)
     }
@@ -198,13 +256,34 @@ impl Shared {
             .write(true)
             .open(&path)
             .ok()?;
-        if f.metadata().ok()?.len() != LEN as u64 {
+        let len = f.metadata().ok()?.len();
+        let most = Layout {
+            buckets: MAX_BUCKETS,
+            tail_cap: MAX_TAIL,
+        };
+        if len < PAGE as u64 || len > most.file_len() as u64 {
             return None;
         }
-        let map = Map::shared(std::os::fd::AsRawFd::as_raw_fd(&f), LEN).ok()?;
+        let map = Map::shared(std::os::fd::AsRawFd::as_raw_fd(&f), len as usize).ok()?;
         drop(f);
         map.advise_random();
-        let sh = Shared { map, path };
+        // (the layout is read from the header, then checked against the file's size)
+        let mut sh = Shared {
+            map,
+            path,
+            lay: Layout {
+                buckets: 0,
+                tail_cap: 0,
+            },
+        };
+        sh.lay = Layout {
+            buckets: usize::try_from(sh.get(W::Buckets)).ok()?,
+            tail_cap: usize::try_from(sh.get(W::TailCap)).ok()?,
+        };
+        if !sh.lay.valid() || sh.lay.file_len() as u64 != len {
+            return None;
+        }
+        let lay = sh.lay;
         let boot = boot_id()?;
         let ok = sh.get(W::Magic) == MAGIC
             && sh.get(W::Ident) == ident
@@ -215,23 +294,26 @@ impl Shared {
         }
         let (items, deleted) = (sh.get(W::Items), sh.get(W::Deleted));
         let (tail_len, nerased, nsegs) = (sh.get(W::Tail), sh.get(W::Erased), sh.get(W::Segs));
-        if tail_len > TAIL_CAP as u64 || nerased > ERASED_CAP as u64 || nsegs > SEGS_CAP as u64 {
+        if tail_len > lay.tail_cap as u64
+            || nerased > lay.erased_cap() as u64
+            || nsegs > SEGS_CAP as u64
+        {
             return None;
         }
         // the control bytes must be a table's, with the counts the header gives (mapped
         // in one call first: 32 page faults one by one cost more than the count)
-        sh.map.populate(CTRL_OFF, BUCKETS + GROUP);
-        let ctrl = sh.bytes(CTRL_OFF, BUCKETS + GROUP);
-        match super::table::count_ctrl(ctrl, BUCKETS) {
+        sh.map.populate(lay.ctrl_off(), lay.buckets + GROUP);
+        let ctrl = sh.bytes(lay.ctrl_off(), lay.buckets + GROUP);
+        match super::table::count_ctrl(ctrl, lay.buckets) {
             Some((i, d)) if i as u64 == items && d as u64 == deleted => {}
             _ => return None,
         }
-        let erased = sh.bytes(ERASED_OFF, nerased as usize * 4);
+        let erased = sh.bytes(lay.erased_off(), nerased as usize * 4);
         let erased = erased
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
             .collect();
-        let segs = sh.bytes(SEGS_OFF, nsegs as usize * 16);
+        let segs = sh.bytes(lay.segs_off(), nsegs as usize * 16);
         let segs = segs
             .chunks_exact(16)
             .map(|b| {
@@ -259,7 +341,7 @@ impl Shared {
     }
 
     fn bytes(&self, off: usize, len: usize) -> &[u8] {
-        assert!(off + len <= LEN);
+        assert!(off + len <= self.lay.file_len());
         // SAFETY: inside the mapping (checked), which lives as long as self.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off), len) }
     }
@@ -271,17 +353,23 @@ impl Shared {
         // not overlap each other or anything else handed out (the key tail, the header).
         unsafe {
             (
-                Arr::mapped(&self.map, CTRL_OFF, BUCKETS + GROUP).expect("ctrl fits"),
-                Arr::mapped(&self.map, SLOTS_OFF, BUCKETS).expect("slots fit"),
+                Arr::mapped(&self.map, self.lay.ctrl_off(), self.lay.buckets + GROUP)
+                    .expect("ctrl fits"),
+                Arr::mapped(&self.map, self.lay.slots_off(), self.lay.buckets).expect("slots fit"),
             )
         }
     }
 
+    /// The file's layout.
+    pub fn layout(&self) -> Layout {
+        self.lay
+    }
+
     /// The key tail's memory: (mapping, start, capacity).
     pub fn tail(&self) -> (Arc<Map>, *mut u8, usize) {
-        // SAFETY: TAIL_OFF + TAIL_CAP <= LEN: inside the mapping.
-        let p = unsafe { self.map.as_ptr().add(TAIL_OFF) };
-        (self.map.clone(), p, TAIL_CAP)
+        // SAFETY: tail_off + tail_cap <= len: inside the mapping.
+        let p = unsafe { self.map.as_ptr().add(self.lay.tail_off()) };
+        (self.map.clone(), p, self.lay.tail_cap)
     }
 
     /// An update begins: until [`Shared::settle`], the file does not describe the index.
@@ -300,13 +388,13 @@ impl Shared {
 
     /// Record the `n`-th erased snapshot slot.
     pub fn set_erased(&self, n: usize, slot: u32) {
-        assert!(n < ERASED_CAP);
-        // SAFETY: ERASED_OFF + 4n + 4 <= CTRL_OFF: inside the mapping, 4-aligned, only
+        assert!(n < self.lay.erased_cap());
+        // SAFETY: erased_off + 4n + 4 <= ctrl_off: inside the mapping, 4-aligned, only
         // written here (under the index's &mut).
         unsafe {
             self.map
                 .as_ptr()
-                .add(ERASED_OFF + 4 * n)
+                .add(self.lay.erased_off() + 4 * n)
                 .cast::<u32>()
                 .write(slot.to_le())
         };
@@ -317,9 +405,9 @@ impl Shared {
     pub fn settle(&self, s: &Settled, segs: impl Iterator<Item = (u32, u64)>) {
         let mut n = 0;
         for (id, dead) in segs.take(SEGS_CAP) {
-            // SAFETY: SEGS_OFF + 16n + 16 <= ERASED_OFF: inside the mapping, 8-aligned.
+            // SAFETY: segs_off + 16n + 16 <= erased_off: inside the mapping, 8-aligned.
             unsafe {
-                let p = self.map.as_ptr().add(SEGS_OFF + 16 * n);
+                let p = self.map.as_ptr().add(self.lay.segs_off() + 16 * n);
                 p.cast::<u64>().write(id as u64);
                 p.add(8).cast::<u64>().write(dead);
             }

@@ -1985,7 +1985,9 @@ impl Store {
         };
         if let Some((dir, ident)) = st.overlay_due.take() {
             // best effort: without it, a killed writer's successor replays from INDEX
-            if let Ok(sh) = overlay::Shared::create(&dir, ident, st.index.base_len()) {
+            let (keys, base) = (st.index.len(), st.index.base_len());
+            let lay = overlay::Layout::for_snapshot(keys, base as usize);
+            if let Ok(sh) = overlay::Shared::create(&dir, ident, base, lay) {
                 if !st.index.attach(sh) {
                     overlay::remove(&dir);
                 }
