@@ -21,6 +21,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,12 +162,19 @@ def kill_writer(
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     os.close(w)
-    low = 0.15 if mode == "threads" else 0.3
-    time.sleep(random.Random(seed).uniform(low, low + 0.5))
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    with os.fdopen(r, "rb") as f:
-        lines = f.read().decode().split("\n")[:-1]  # a torn last line was never complete
+    # The log is read while the writer runs: a full pipe would block it on its next log
+    # line (after ~64 KiB, some 120 operations), and the kill would nearly always find
+    # it parked there — between operations — whatever the delay drawn below.
+    chunks: list[bytes] = []
+    with os.fdopen(r, "rb", buffering=0) as f:
+        reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: f.read(1 << 16), b"")))
+        reader.start()
+        low = 0.15 if mode == "threads" else 0.3
+        time.sleep(random.Random(seed).uniform(low, low + 0.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        reader.join()
+    lines = b"".join(chunks).decode().split("\n")[:-1]  # a torn last line never completed
     acked: list[Ops] = []
     pending: dict[str, Ops] = {}
     for ln in lines:
