@@ -404,9 +404,8 @@ struct Commit {
     unsynced: u64,
     last_sync: Instant,
     /// durability "none"/"batch": records not yet handed to the kernel (they start at
-    /// `write_off`), and how to undo their index updates if writing them fails
+    /// `write_off`; indexed once they are)
     wbuf: Vec<u8>,
-    undo: Vec<Undo>,
     /// the group an event loop is writing (between lead_async and finish_async)
     inflight: Option<Inflight>,
     /// its records, for an O_DIRECT store (the caller writes a block image of them)
@@ -479,7 +478,14 @@ type Update = (u32, Kind, u32, u64);
 
 /// How to take back a buffered op's index update if writing it fails: where its key is
 /// in the write buffer, its length, and the entry it replaced.
-type Undo = (usize, u32, Option<Loc>);
+/// Records encoded into the write buffer, to index once the kernel has them: where
+/// they start in the buffer, their file offset, their sequence number, their updates.
+struct Staged {
+    from: usize,
+    base: u64,
+    seq: u64,
+    updates: Vec<Update>,
+}
 
 /// A key, where its record is, and the segment holding it (a listing's entry).
 pub type Listed = (Vec<u8>, Loc, Arc<Segment>);
@@ -1012,7 +1018,6 @@ impl Store {
                 unsynced: 0,
                 last_sync: Instant::now(),
                 wbuf: Vec::new(),
-                undo: Vec::new(),
                 inflight: None,
                 inflight_data: Vec::new(),
                 parked: Vec::new(),
@@ -1962,19 +1967,17 @@ impl Store {
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
     /// counting what they replace as dead.
     fn index_updates(st: &mut State, seg: u32, base: u64, p: &Pending) {
-        Self::index_records(st, (seg, base, p.seq), &p.bytes, &p.updates, None);
+        Self::index_records(st, (seg, base, p.seq), &p.bytes, &p.updates);
     }
 
     /// Point the index at encoded records `bytes` (with their `updates`), written at
     /// `base` in segment `seg` with sequence number `seq`, counting what they replace as
-    /// dead. `undo`: (list, where `bytes` starts in the write buffer) to record how to
-    /// take each update back.
+    /// dead.
     fn index_records(
         st: &mut State,
         (seg, base, seq): (u32, u64, u64),
         bytes: &[u8],
         updates: &[Update],
-        mut undo: Option<(&mut Vec<Undo>, usize)>,
     ) {
         // Hash every key first, then apply them warming the table a few keys ahead: a
         // batch's random table accesses overlap instead of waiting one by one.
@@ -2021,9 +2024,6 @@ impl Store {
                     s.dead.fetch_add(dead, Ordering::Relaxed);
                 }
             }
-            if let Some((list, from)) = undo.as_mut() {
-                list.push((*from + *at as usize + HEADER, k.len() as u32, old));
-            }
         }
     }
 
@@ -2067,37 +2067,33 @@ impl Store {
         {
             return Ok(false);
         }
-        self.buffer_locked(&mut c, ops, atomic && ops.len() > 1)?;
-        self.flush_locked(&mut c, false)?;
+        let staged = self.stage_locked(&mut c, ops, atomic && ops.len() > 1)?;
+        self.flush_staged(&mut c, false, Some(staged))?;
         Ok(true)
     }
 
-    /// Encode ops straight into the write buffer and index them there (their file
-    /// offsets are where the buffer will be written).
-    fn buffer_locked(
+    /// Encode ops straight into the write buffer (at the file offsets where it will be
+    /// written); [`Store::flush_staged`] indexes them once the kernel has them.
+    fn stage_locked(
         &self,
         c: &mut Commit,
         ops: &[(&[u8], Option<&[u8]>)],
         atomic: bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<Staged> {
         let from = c.wbuf.len();
         let base = c.write_off + from as u64;
         let (seq, updates) = self.encode_into(&mut c.wbuf, ops, atomic)?;
-        let mut st = self.state.write().expect("state");
-        if self.overlay_pending.load(Ordering::Relaxed) {
-            // (index_records below creates the file if it is due)
-            self.overlay_pending.store(false, Ordering::Relaxed);
-        }
-        let seg = st.active;
-        let (wbuf, undo) = (&c.wbuf, &mut c.undo);
-        let undo = Some((undo, from));
-        Self::index_records(&mut st, (seg, base, seq), &wbuf[from..], &updates, undo);
-        Ok(())
+        Ok(Staged {
+            from,
+            base,
+            seq,
+            updates,
+        })
     }
 
-    /// durability "none"/"batch": records are encoded into the write buffer, indexed at
-    /// their file offsets and handed to the kernel before this returns (through the
-    /// segment's mapping, or with pwrite); an fdatasync follows when one is due.
+    /// durability "none"/"batch": records are encoded into the write buffer, handed to
+    /// the kernel (through the segment's mapping, or with pwrite), then indexed, before
+    /// this returns; an fdatasync follows when one is due.
     fn write_buffered(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
         let mut c = self.commit.lock().expect("commit");
         while c.leader {
@@ -2116,7 +2112,7 @@ impl Store {
             c.write_off = 0;
             self.flushed.store(0, Ordering::Release);
         }
-        self.buffer_locked(&mut c, ops, atomic)?;
+        let staged = self.stage_locked(&mut c, ops, atomic)?;
         let due = match self.opts.durability {
             Durability::Batch { ms, bytes } => {
                 c.last_sync.elapsed() >= Duration::from_millis(ms)
@@ -2127,13 +2123,19 @@ impl Store {
         // Every write goes to the kernel before it returns (into the page cache through
         // the segment's mapping, or with pwrite): a process that dies loses nothing it
         // was told is written — LevelDB's and RocksDB's promise for unsynced writes.
-        self.flush_locked(&mut c, due)?;
-        Ok(())
+        self.flush_staged(&mut c, due, Some(staged))
     }
 
-    /// Hand the write buffer to the kernel (and fdatasync if `sync`). On failure the
-    /// buffered records are taken out of the index again and the file is cut back.
+    /// Hand the write buffer to the kernel (and fdatasync if `sync`).
     fn flush_locked(&self, c: &mut Commit, sync: bool) -> io::Result<()> {
+        self.flush_staged(c, sync, None)
+    }
+
+    /// [`Store::flush_locked`], then index `staged` (records in the buffer). The index
+    /// changes only once the records are in the file: a process killed in between left
+    /// an index that matches the log (a live overlay stays usable), and a failed write
+    /// has nothing to take back — the file is cut back to where it began.
+    fn flush_staged(&self, c: &mut Commit, sync: bool, staged: Option<Staged>) -> io::Result<()> {
         if c.wbuf.is_empty() {
             if sync {
                 if let Some(a) = c.appender.as_mut() {
@@ -2156,9 +2158,14 @@ impl Store {
                     st.segs[&st.active]
                         .size
                         .store(c.write_off, Ordering::Relaxed);
+                    if let Some(s) = &staged {
+                        // (index_records creates the OVERLAY file if it is due)
+                        self.overlay_pending.store(false, Ordering::Relaxed);
+                        let at = (st.active, s.base, s.seq);
+                        Self::index_records(&mut st, at, &data[s.from..], &s.updates);
+                    }
                     Self::settle_overlay(&mut st, c.write_off);
                 }
-                c.undo.clear();
                 if sync {
                     c.unsynced = 0;
                     c.last_sync = Instant::now();
@@ -2178,19 +2185,10 @@ impl Store {
                 // SAFETY: fd is the active segment, open for writing.
                 unsafe { libc::ftruncate(fd, off as i64) };
                 app.truncated(off);
-                let mut st = self.state.write().expect("state");
-                for (at, len, old) in c.undo.drain(..).rev() {
-                    let k = &data[at..at + len as usize];
-                    match old {
-                        Some(l) => {
-                            st.index.put(k, l, false);
-                        }
-                        None => {
-                            st.index.remove(k);
-                        }
-                    }
-                }
-                Self::settle_overlay(&mut st, off);
+                // (nothing was indexed: the buffer's records are simply dropped)
+                let mut data = data;
+                data.clear();
+                c.wbuf = data;
                 let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
                     " (the disk is full; this write was not stored, the store is still readable)"
                 } else {
