@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +44,30 @@ def run_on_loop(kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
-async def connected_pair(io: Any) -> tuple[socket.socket, socket.socket, socket.socket]:
-    """(listener, client, accepted) TCP sockets on 127.0.0.1, connected through `io`'s
-    sock_accept/sock_connect — a running loop's, or uringkit.aio's. All non-blocking
-    (loop.sock_* require it); the accepted socket's address is checked."""
+@contextlib.asynccontextmanager
+async def connected_pair(
+    io: Any,
+) -> AsyncIterator[tuple[socket.socket, socket.socket, socket.socket]]:
+    """`async with connected_pair(io) as (listener, client, accepted):` TCP sockets on
+    127.0.0.1, connected through `io`'s sock_accept/sock_connect — a running loop's, or
+    uringkit.aio's. All non-blocking (loop.sock_* require it); the accepted socket's
+    address is checked. All three are closed on the way out, failing test or not
+    (closing one the test closed already is a no-op)."""
     ls = socket.create_server(("127.0.0.1", 0))
     ls.setblocking(False)
     cl = socket.socket()
     cl.setblocking(False)
-    acc = asyncio.ensure_future(io.sock_accept(ls))
-    await io.sock_connect(cl, ls.getsockname())
-    conn, addr = await acc
-    assert addr == cl.getsockname()
-    assert conn.getblocking() is False
-    return ls, cl, conn
+    try:
+        acc = asyncio.ensure_future(io.sock_accept(ls))
+        await io.sock_connect(cl, ls.getsockname())
+        conn, addr = await acc
+        with conn:
+            assert addr == cl.getsockname()
+            assert conn.getblocking() is False
+            yield ls, cl, conn
+    finally:
+        cl.close()
+        ls.close()
 
 
 def direct_file(path: Path, data: bytes) -> bytes:

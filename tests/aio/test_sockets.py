@@ -17,55 +17,47 @@ from conftest import connected_pair
 Run = Callable[[Callable[[], Awaitable[Any]]], Any]
 
 
-async def _pair() -> tuple[socket.socket, socket.socket, socket.socket]:
-    return await connected_pair(aio)
-
-
 def test_echo_of_every_size(run: Run) -> None:
     async def main() -> None:
-        ls, cl, conn = await _pair()
+        async with connected_pair(aio) as (ls, cl, conn):
 
-        async def echo() -> None:
-            while data := await aio.sock_recv(conn, 65536):
-                await aio.sock_sendall(conn, data)
-            conn.close()
+            async def echo() -> None:
+                while data := await aio.sock_recv(conn, 65536):
+                    await aio.sock_sendall(conn, data)
+                conn.close()
 
-        server = asyncio.ensure_future(echo())
-        for size in (1, 4096, 65537, 3_000_000):  # the last one: many partial sends
-            msg = bytes(i & 0xFF for i in range(size))
+            server = asyncio.ensure_future(echo())
+            for size in (1, 4096, 65537, 3_000_000):  # the last one: many partial sends
+                msg = bytes(i & 0xFF for i in range(size))
 
-            async def read_back(n: int = size) -> bytes:
-                got = bytearray()
-                while len(got) < n:
-                    got += await aio.sock_recv(cl, 1 << 20)
-                return bytes(got)
+                async def read_back(n: int = size) -> bytes:
+                    got = bytearray()
+                    while len(got) < n:
+                        got += await aio.sock_recv(cl, 1 << 20)
+                    return bytes(got)
 
-            reader = asyncio.ensure_future(read_back())
-            await aio.sock_sendall(cl, msg)
-            assert await reader == msg
-        cl.shutdown(socket.SHUT_WR)
-        await server
-        assert await aio.sock_recv(cl, 10) == b""  # the server closed: EOF
-        cl.close()
-        ls.close()
+                reader = asyncio.ensure_future(read_back())
+                await aio.sock_sendall(cl, msg)
+                assert await reader == msg
+            cl.shutdown(socket.SHUT_WR)
+            await server
+            assert await aio.sock_recv(cl, 10) == b""  # the server closed: EOF
 
     run(main)
 
 
 def test_recv_into_and_blocking_sockets(run: Run) -> None:
     async def main() -> None:
-        ls, cl, conn = await _pair()
-        cl.setblocking(True)  # the ring does not care; the loop fallback makes it non-blocking
-        await aio.sock_sendall(conn, b"hello world")
-        buf = bytearray(64)
-        n = await aio.sock_recv_into(cl, buf)
-        assert bytes(buf[:n]) == b"hello world"[:n] and n > 0
-        with pytest.raises(TypeError):
-            await aio.sock_recv_into(cl, b"read-only")
-        with pytest.raises(ValueError, match="negative"):
-            await aio.sock_recv(cl, -1)
-        for s in (cl, conn, ls):
-            s.close()
+        async with connected_pair(aio) as (ls, cl, conn):
+            cl.setblocking(True)  # the ring does not care; the loop fallback makes it non-blocking
+            await aio.sock_sendall(conn, b"hello world")
+            buf = bytearray(64)
+            n = await aio.sock_recv_into(cl, buf)
+            assert bytes(buf[:n]) == b"hello world"[:n] and n > 0
+            with pytest.raises(TypeError):
+                await aio.sock_recv_into(cl, b"read-only")
+            with pytest.raises(ValueError, match="negative"):
+                await aio.sock_recv(cl, -1)
 
     run(main)
 
@@ -89,15 +81,13 @@ def test_connect_errors_and_host_names(run: Run) -> None:
 
 def test_send_to_a_vanished_peer_raises(run: Run) -> None:
     async def main() -> None:
-        ls, cl, conn = await _pair()
-        cl.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
-        cl.close()  # reset
-        await asyncio.sleep(0.05)
-        with pytest.raises((BrokenPipeError, ConnectionResetError)):
-            for _ in range(100):
-                await aio.sock_sendall(conn, b"x" * 65536)
-        conn.close()
-        ls.close()
+        async with connected_pair(aio) as (ls, cl, conn):
+            cl.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            cl.close()  # reset
+            await asyncio.sleep(0.05)
+            with pytest.raises((BrokenPipeError, ConnectionResetError)):
+                for _ in range(100):
+                    await aio.sock_sendall(conn, b"x" * 65536)
 
     run(main)
 

@@ -168,16 +168,14 @@ def test_sock_calls_and_cancellation(run: Run, api: str) -> None:
         from uringkit import aio
 
         io: Any = aio if api == "aio" else loop
-        ls, cl, conn = await connected_pair(io)
-        pending = asyncio.ensure_future(io.sock_recv(cl, 10))
-        await asyncio.sleep(0.05)  # the recv is waiting (in the kernel, for aio)
-        pending.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await pending
-        await io.sock_sendall(conn, b"ping")
-        assert await io.sock_recv(cl, 10) == b"ping"
-        for s in (cl, conn, ls):
-            s.close()
+        async with connected_pair(io) as (ls, cl, conn):
+            pending = asyncio.ensure_future(io.sock_recv(cl, 10))
+            await asyncio.sleep(0.05)  # the recv is waiting (in the kernel, for aio)
+            pending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await pending
+            await io.sock_sendall(conn, b"ping")
+            assert await io.sock_recv(cl, 10) == b"ping"
 
     run(main)
 
