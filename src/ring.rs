@@ -411,13 +411,18 @@ impl Ring {
         let res = core.begin_close();
         if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::EEXIST)) {
             // A single-issuer ring closed from another thread: it cannot be driven from
-            // here. Close its fd (the kernel cancels the ops) and keep their memory.
-            let n = core.abandon();
+            // here. Close its fd (the kernel cancels the ops); memory an op holds is kept.
+            let (n, leaked) = core.abandon(|k| !matches!(k, Keep::None));
+            if leaked == 0 && self.fixed.is_none() && self.buf_rings.is_empty() {
+                // (polls, nops, timeouts without memory: nothing the kernel could touch)
+                return Ok(());
+            }
             self.forget_registered();
             let msg = format!(
                 "Ring.close() from a thread other than this SINGLE_ISSUER ring's own: {n} \
-                 ops in flight were left to the kernel to cancel, and their memory is kept \
-                 (leaked) since it cannot be known when the kernel is done with it"
+                 ops in flight were left to the kernel to cancel, and the memory of {leaked} \
+                 of them (and any registered buffers) is kept (leaked) since it cannot be \
+                 known when the kernel is done with it"
             );
             return PyErr::warn(
                 py,

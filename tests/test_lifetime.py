@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import sys
 import time
 
@@ -112,6 +113,37 @@ def test_single_issuer_ring_closed_from_another_thread(pipe: tuple[int, int]) ->
     os.write(w, b"late")  # the ring's fd is closed: its read was cancelled, not left pending
     assert os.read(r, 10) == b"late"
     assert keep == bytearray(8)
+
+
+def test_single_issuer_ring_with_only_polls_closed_from_another_thread(
+    pipe: tuple[int, int],
+) -> None:
+    """Closed from another thread with only polls in flight (no memory the kernel could
+    touch: what an event loop's selector holds), nothing is leaked and nothing warned."""
+    import threading
+    import warnings
+
+    need_ops("poll_add")
+    r, w = pipe
+    made: list[Ring] = []
+
+    def owner() -> None:
+        ring = Ring(8, single_issuer=True, defer_taskrun=True)
+        ring.poll_add(r, select.POLLIN, user_data=1)
+        ring.poll_add(r, select.POLLIN, multishot=True, user_data=2)
+        ring.submit()
+        made.append(ring)
+
+    th = threading.Thread(target=owner)
+    th.start()
+    th.join()
+    (ring,) = made
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ring.close()
+    assert ring.closed
+    os.write(w, b"x")
+    assert os.read(r, 1) == b"x"
 
 
 def test_close_with_queued_unsubmitted() -> None:

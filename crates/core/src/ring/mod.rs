@@ -561,12 +561,21 @@ impl<K> Ring<K> {
     /// Give up on what is in flight without waiting for it, for a ring this thread may
     /// not drive (a SINGLE_ISSUER ring closed from another thread: every enter fails with
     /// EEXIST). The ring's fd is closed, so the kernel cancels and finishes the ops on its
-    /// own; their memory (the slots) is leaked on purpose since the kernel may still write
-    /// into it. Returns how many ops were abandoned.
-    pub fn abandon(mut self) -> usize {
+    /// own. A slot that holds memory the kernel may still read or write (its `owned`, or
+    /// its `keep` when `holds(keep)`) is leaked on purpose; the others (a poll, a nop: no
+    /// memory) are freed. Returns (ops abandoned, ops whose memory was leaked).
+    pub fn abandon(mut self, holds: impl Fn(&K) -> bool) -> (usize, usize) {
         let n = self.in_flight + self.skipped;
-        std::mem::forget(std::mem::take(&mut self.slots));
-        n
+        let mut leaked = 0;
+        for s in std::mem::take(&mut self.slots).into_iter().flatten() {
+            if matches!(s.owned, Owned::None) && !holds(&s.keep) {
+                drop(s);
+            } else {
+                leaked += 1;
+                std::mem::forget(s);
+            }
+        }
+        (n, leaked)
     }
 
     /// True once nothing the kernel could still touch is in flight.
