@@ -30,7 +30,8 @@ def test_socket_connect_accept(ring: Ring) -> None:
         afd = got[2].raise_for_error()
         host, peer_port = got[2].result
         assert host == "127.0.0.1"
-        assert peer_port == socket.socket(fileno=os.dup(cfd)).getsockname()[1]
+        with socket.socket(fileno=os.dup(cfd)) as client:
+            assert peer_port == client.getsockname()[1]
         os.close(afd)
         os.close(cfd)
     finally:

@@ -201,14 +201,18 @@ def test_loop_close_with_pooled_direct_reads_in_flight(
     data = direct_file(p, os.urandom(1 << 20))
     loop = asyncio.new_event_loop()
 
+    files: list[Any] = []
+
     async def start() -> list[asyncio.Task[bytes]]:
         f = await aio.open(p, "rb", direct=True)
+        files.append(f)
         tasks = [asyncio.ensure_future(f.read_at(4096, i * 4096)) for i in range(64)]
         await asyncio.sleep(0)  # all queued and submitted, none reaped
         return tasks
 
     tasks = loop.run_until_complete(start())
     loop.close()
+    files[0]._close_now()  # (its loop is gone: closed with plain system calls)
     assert all(not t.done() or t.cancelled() or t.result() for t in tasks)
 
     async def again() -> bytes:

@@ -362,6 +362,7 @@ def test_killed_writer_leaves_no_torn_tail_after_its_allocated_space(tmp_path: P
     alive = seg.stat().st_size  # 4 MiB where the writes go through the mapping
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with kv.open(p, durability="none") as db:
@@ -600,6 +601,7 @@ def test_unsynced_writes_survive_a_killed_process(tmp_path: Path, mode: str, map
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"ok"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
     with kv.open(p) as db:
         assert db.recovery["torn_bytes"] == 0
         smalls = db.multi_get([b"small%d" % i for i in range(3000)])

@@ -219,7 +219,13 @@ async def _open(
         raise
     if binary:
         return raw
-    return AsyncTextFile(raw, encoding, errors, newline, line_buffering=line_buffering, mode=mode)
+    try:
+        return AsyncTextFile(
+            raw, encoding, errors, newline, line_buffering=line_buffering, mode=mode
+        )
+    except BaseException:
+        await raw.close()  # (a bad newline or encoding: io.open closes the file it made too)
+        raise
 
 
 @functools.lru_cache(maxsize=64)

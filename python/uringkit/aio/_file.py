@@ -646,11 +646,19 @@ class AsyncFile(_Lines[bytes]):
 
     def __del__(self) -> None:
         # Dropped without close(): write out what is buffered and close, synchronously,
-        # as the stdlib's files do (and warn like them).
+        # as the stdlib's files do (and warn like them — closing even when the warning is
+        # made an error, as io does).
         if getattr(self, "closed", True):
             return
-        warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
         self.closed = True
+        try:
+            if self._closefd:  # (closefd=False: not ours to close, nor to warn about)
+                warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
+        finally:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        """Flush the write buffer and close the fd with plain system calls."""
         try:
             if self._wbuf:
                 data = memoryview(self._wbuf)
