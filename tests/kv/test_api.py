@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import subprocess
@@ -889,6 +890,32 @@ def test_large_index_snapshot_is_mapped_and_damage_is_reported(tmp_path: Path) -
         assert not db.recovery["from_snapshot"]
         assert len(db) == 150_000 and db.get(b"absent") is None
         assert db.get(b"key149999") == b"v149999"
+
+
+def _threads_named(name: str) -> int:
+    n = 0
+    for t in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            n += (t / "comm").read_text().strip() == name
+    return n
+
+
+def test_index_verification_threads_are_reused(tmp_path: Path) -> None:
+    """A large INDEX is verified on a background thread; one that finished waits for the
+    next open's check instead of a thread being started per open (a thread start is a
+    fifth of an open after a crash)."""
+    p = tmp_path / "db"
+    with kv.open(p, durability="none") as db:
+        for i in range(0, 150_000, 1000):
+            db.write([(b"key%d" % j, b"v%d" % j) for j in range(i, i + 1000)])
+    before = _threads_named("uringkit-index")  # (idle ones an earlier test left)
+    for _ in range(3):
+        with kv.open(p, durability="none") as db:
+            assert db.recovery["from_snapshot"] and db.stats()["index_mapped"] == 1
+            assert db.get(b"absent") is None  # (waits for the verdict)
+            assert db.stats()["index_verified"] == 1
+            db.put(b"another", b"x")  # (so that close writes a new INDEX)
+    assert 1 <= _threads_named("uringkit-index") <= max(before, 1)
 
 
 def _evict(p: Path) -> None:

@@ -659,6 +659,7 @@ class AsyncFile(_Lines[bytes]):
 
     def _close_now(self) -> None:
         """Flush the write buffer and close the fd with plain system calls."""
+        self.closed = True
         try:
             if self._wbuf:
                 data = memoryview(self._wbuf)
