@@ -212,6 +212,38 @@ impl BufferRing {
         })
     }
 
+    /// The completion's data as bytes (a copy), its buffer given back to the kernel in
+    /// the same call: `bytes(view(c))` then `recycle(c.buffer_id)`, for a receive loop.
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        completion: &Bound<'py, crate::completion::Completion>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let c = completion.get();
+        let Some(bid) = c.buffer_id else {
+            return Err(PyValueError::new_err(
+                "this completion carries no buffer (no IORING_CQE_F_BUFFER): it failed or \
+                 did not use buffer selection",
+            ));
+        };
+        let mut r = self.inner.lock().expect("buffer ring lock");
+        if bid >= r.count || c.res < 0 {
+            return Err(PyValueError::new_err(format!(
+                "buffer_id {bid} out of range, or a failed completion (res {})",
+                c.res
+            )));
+        }
+        let len = (c.res as usize).min(r.size);
+        // SAFETY: buf_ptr(bid) is the start of buffer `bid` (size bytes) inside the ring's
+        // mapping, which `r` (the lock on it) keeps alive; the kernel wrote `len` bytes
+        // there and does not touch the buffer until it is recycled below.
+        let s = unsafe { std::slice::from_raw_parts(r.buf_ptr(bid) as *const u8, len) };
+        let out = pyo3::types::PyBytes::new(py, s);
+        r.recycle(bid)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(out)
+    }
+
     /// Return buffer `buffer_id` to the kernel. Returns False if it was already there.
     fn recycle(&self, #[pyo3(from_py_with = int::u16_buffer_id)] buffer_id: u16) -> PyResult<bool> {
         let mut r = self.inner.lock().expect("buffer ring lock");

@@ -74,6 +74,29 @@ def test_buffer_ring_validation(ring: Ring) -> None:
         ring.recv(0, buffer_ring=other.buffer_ring(2, 1, 8))
 
 
+def test_take_copies_and_gives_the_buffer_back(ring: Ring) -> None:
+    """take(c): the completion's bytes, its buffer back in the ring in the same call (the
+    receive loop of uringkit.loop's transports); a completion without a buffer is refused."""
+    need_ops("read", "provide_buffers", "nop")
+    r, w = os.pipe()
+    try:
+        br = ring.buffer_ring(6, 1, 32)
+        for msg in (b"first", b"second, same buffer"):
+            os.write(w, msg)
+            ring.read(r, buffer_ring=br)
+            (c,) = ring.wait(1)
+            assert br.available == 0
+            assert br.take(c) == msg
+            assert br.available == 1  # (else the second read would find the ring dry)
+        ring.nop()
+        (c,) = ring.wait(1)
+        with pytest.raises(ValueError, match="no buffer"):
+            br.take(c)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def test_view_of_failed_completion(ring: Ring) -> None:
     need_ops("provide_buffers", "nop")
     br = ring.buffer_ring(4, 1, 8)

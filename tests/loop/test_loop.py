@@ -11,29 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from conftest import LOOPS, PROBED, connected_pair, run_on_loop
-
-Run = Callable[[Callable[[], Awaitable[Any]]], Any]
-
-
-@pytest.fixture(params=LOOPS)
-def run(request: pytest.FixtureRequest) -> Run:
-    kind = request.param
-
-    def runner(fn: Callable[[], Awaitable[Any]]) -> Any:
-        async def checked() -> Any:
-            name = type(asyncio.get_running_loop()).__name__
-            assert kind != "uringkit" or name == "UringEventLoop"
-            return await fn()
-
-        return run_on_loop(kind, checked())
-
-    return runner
+from .conftest import Run
+from conftest import PROBED, connected_pair
 
 
 def test_streams_echo_large_and_small(run: Run) -> None:

@@ -11,8 +11,12 @@ signal and `sock_*` call behaves as asyncio's — over `UringSelector`, a
 one-shot POLL_ADD, re-armed after it fires (one-shot, so that readiness is level-
 triggered as with epoll: a socket still readable after its callback read part of the
 data fires again), and `select(timeout)` is one `io_uring_enter` that submits every
-re-arm of the last iteration and waits. `uringkit.aio` (files, `aio.sock_*`) keeps its
-own ring on this loop as on any other.
+re-arm of the last iteration and waits. Stream connections (TCP, Unix) get a
+`RingSocketTransport` where the kernel has multishot receives into provided buffers
+(6.0): their data arrives as completions of that same `io_uring_enter`, with no readiness
+poll and no `recv` call (`ring_transports=False` or `URINGKIT_LOOP_TRANSPORT=selector`:
+asyncio's own transports). `uringkit.aio` (files, `aio.sock_*`) keeps its own ring on
+this loop as on any other.
 
 Needs io_uring (PermissionError saying so where it is blocked); `run()` takes the same
 arguments as `asyncio.run`. See docs/loop.md for what it measures against asyncio's loop
@@ -23,11 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import selectors
-from collections.abc import Coroutine, Mapping
+import socket
+import weakref
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-from .._native import Ring
+from .._native import BufferRing, Completion, Ring
 
 __all__ = ["EventLoopPolicy", "UringEventLoop", "UringSelector", "new_event_loop", "run"]
 
@@ -40,6 +48,9 @@ _POLLHUP = 0x010
 _ECANCELED = 125
 _ENOENT = 2
 _EBADFD = 77
+# the provided buffers a loop's stream receives share: 256 x 16 KiB
+RECV_BUFFERS = 256
+RECV_SIZE = 16 << 10
 
 
 class _Map(Mapping[Any, selectors.SelectorKey]):
@@ -73,6 +84,14 @@ class UringSelector(selectors.BaseSelector):
         self._by_fd: dict[tuple[int, int], int] = {}
         self._next_ud = 1
         self._map = _Map(self)
+        # completion-based I/O (the loop's stream transports): user_data -> handler, and
+        # the completions select() reaped for them, run by the loop after it
+        self._ops: dict[int, Callable[[Completion], None]] = {}
+        self.completed: list[tuple[Callable[[Completion], None], Completion]] = []
+        self._recv_br: BufferRing | None = None
+        self._recv_gid = 0
+        self._ring_moved = False  # (set once the ring moved to another thread)
+        self.transports: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def _new_ring(self) -> tuple[Ring, bool]:
         """A ring whose only submitter will be the thread that runs the loop: created
@@ -99,6 +118,13 @@ class UringSelector(selectors.BaseSelector):
             for ev in (selectors.EVENT_READ, selectors.EVENT_WRITE):
                 if key.events & ev:
                     self._arm(fd, ev)
+        # Completion-based transports had their receives (and maybe sends) in flight on
+        # the old ring, which this thread cannot drive: they are aborted, saying why.
+        self._ops.clear()
+        self._recv_br = None
+        self._ring_moved = True
+        for t in list(self.transports):
+            t._ring_lost()
         # (closing it from here may be refused — not its issuer: the kernel tears it down
         # with its last reference, cancelling its polls, when the object goes)
         with contextlib.suppress(OSError):
@@ -166,12 +192,20 @@ class UringSelector(selectors.BaseSelector):
             done = self._wait(timeout)
         except FileExistsError:  # EEXIST: not the issuer's thread
             self._move_to_this_thread()
-            done = self._wait(timeout)
+            # (no wait: the move may have scheduled callbacks — aborted transports)
+            done = self._wait(0)
         ready: dict[int, int] = {}
+        armed, ops, completed = self._armed, self._ops, self.completed
         for c in done:
-            where = self._armed.pop(c.user_data, None)
+            ud = c.user_data
+            where = armed.pop(ud, None)
             if where is None:
-                continue  # a poll_remove's own completion, or a poll removed meanwhile
+                h = ops.get(ud)
+                if h is not None:
+                    if not c.more:
+                        del ops[ud]
+                    completed.append((h, c))
+                continue  # (else a poll_remove's or cancel's own completion)
             fd, ev = where
             del self._by_fd[where]
             key = self._keys.get(fd)
@@ -186,6 +220,38 @@ class UringSelector(selectors.BaseSelector):
             ready[fd] = ready.get(fd, 0) | ev
             self._arm(fd, ev)  # level-triggered: asked again on the next select
         return [(self._keys[fd], evs & self._keys[fd].events) for fd, evs in ready.items()]
+
+    # ----- completion-based I/O (RingSocketTransport) ----------------------------------
+
+    @property
+    def ring(self) -> Ring:
+        return self._ring
+
+    def new_op(self, handler: Callable[[Completion], None]) -> int:
+        """A user_data for an op whose completions go to `handler` (after select)."""
+        ud = self._next_ud
+        self._next_ud = ud + 1
+        self._ops[ud] = handler
+        return ud
+
+    def forget_op(self, ud: int) -> None:
+        self._ops.pop(ud, None)
+
+    def cancel_op(self, ud: int) -> None:
+        """Cancel an op in flight; its handler still gets its last completion."""
+        if ud in self._ops:
+            self._ring.cancel(ud, user_data=0)
+
+    def recv_buffers(self) -> BufferRing:
+        """The provided-buffer ring the loop's receives share (made at first use)."""
+        br = self._recv_br
+        if br is None:
+            if not self._enabled:
+                self._ring.enable()
+                self._enabled = True
+            self._recv_gid += 1  # (a new group per ring: an old one may be registered)
+            br = self._recv_br = self._ring.buffer_ring(self._recv_gid, RECV_BUFFERS, RECV_SIZE)
+        return br
 
     def _wait(self, timeout: float | None) -> list[Any]:
         if timeout is not None and timeout <= 0:
@@ -229,16 +295,75 @@ class UringSelector(selectors.BaseSelector):
 
 
 class UringEventLoop(asyncio.SelectorEventLoop):
-    """asyncio's selector event loop over `UringSelector`."""
+    """asyncio's selector event loop over `UringSelector`, whose stream sockets (TCP,
+    Unix) receive through the ring (`RingSocketTransport`) where the kernel has
+    multishot receives with provided buffers (6.0); `URINGKIT_LOOP_TRANSPORT=selector`
+    keeps asyncio's own transports."""
 
-    def __init__(self) -> None:
+    _selector: UringSelector
+
+    def __init__(self, *, ring_transports: bool | None = None) -> None:
         super().__init__(UringSelector())
+        want = _ring_transports_wanted() if ring_transports is None else ring_transports
+        if want and not _ring_transports_supported():
+            raise OSError(
+                "ring_transports=True: this kernel lacks multishot receives into provided "
+                "buffers (Linux 6.0+)"
+            )
+        self._ring_io = want
+
+    def _make_socket_transport(
+        self,
+        sock: socket.socket,
+        protocol: asyncio.BaseProtocol,
+        waiter: Any = None,
+        *,
+        extra: dict[str, Any] | None = None,
+        server: Any = None,
+    ) -> asyncio.Transport:
+        if self._ring_io and sock.type == socket.SOCK_STREAM:
+            from ._transport import RingSocketTransport
+
+            return RingSocketTransport(self, sock, protocol, waiter, extra, server)
+        return super()._make_socket_transport(  # type: ignore[misc,no-any-return]
+            sock, protocol, waiter, extra=extra, server=server
+        )
+
+    def _process_events(self, event_list: list[Any]) -> None:
+        super()._process_events(event_list)  # type: ignore[misc]
+        sel = self._selector
+        if sel.completed:
+            done, sel.completed = sel.completed, []
+            self._ready.append(asyncio.Handle(_run_completions, (done,), self, None))  # type: ignore[attr-defined]
 
 
-def new_event_loop() -> UringEventLoop:
-    """A new loop (PermissionError where io_uring is blocked)."""
+def _run_completions(done: list[tuple[Callable[[Completion], None], Completion]]) -> None:
+    for handler, c in done:
+        handler(c)
+
+
+def _ring_transports_wanted() -> bool:
+    """The default: stream transports receive through the ring unless the environment
+    says `URINGKIT_LOOP_TRANSPORT=selector` or this kernel cannot."""
+    if os.environ.get("URINGKIT_LOOP_TRANSPORT", "ring") == "selector":
+        return False
+    return _ring_transports_supported()
+
+
+@functools.cache
+def _ring_transports_supported() -> bool:
+    """Multishot receives into provided buffers work here (probed once per process)."""
+    from ..doctor import _multishot_recv
+
+    return _multishot_recv()[0]
+
+
+def new_event_loop(*, ring_transports: bool | None = None) -> UringEventLoop:
+    """A new loop (PermissionError where io_uring is blocked). `ring_transports`:
+    stream sockets receive through the ring (the default where the kernel can) or, if
+    False, through asyncio's own transports (readiness polls, then `recv`)."""
     try:
-        return UringEventLoop()
+        return UringEventLoop(ring_transports=ring_transports)
     except PermissionError as e:
         raise PermissionError(
             e.errno,

@@ -8,8 +8,10 @@ each keeping its best round: this machine is shared and noisy. The load generato
 on io_uring in this process. Servers: uringkit / uringkit-zc (the native io_uring
 server, SEND / SEND_ZC, on a thread of this process); aio-sock / aio-sock-uvloop (a
 coroutine per connection on uringkit.aio.sock_recv/sock_sendall, on asyncio's loop /
-uvloop); uringkit-loop / uringkit-loop-sock (the Protocol server / the loop.sock_*
-coroutines on uringkit.loop, asyncio's loop waiting on io_uring); the incumbents
+uvloop); uringkit-loop / uringkit-loop-sock (the Protocol server, its transport
+receiving through the ring / the loop.sock_* coroutines on uringkit.loop, asyncio's loop
+waiting on io_uring); uringkit-loop-selector (that Protocol server on uringkit.loop with
+asyncio's readiness-based transports); the incumbents
 asyncio / uvloop (an asyncio.Protocol that writes back what it receives) and
 asyncio-sock / uvloop-sock (the same coroutines on loop.sock_recv/sock_sendall) — each
 of those in its own process.
@@ -36,6 +38,7 @@ SERVERS = [
     "aio-sock-uvloop",
     "uringkit-loop",
     "uringkit-loop-sock",
+    "uringkit-loop-selector",
     "aio-sock-uringkit-loop",
     "asyncio",
     "uvloop",
@@ -119,7 +122,7 @@ def _reference(kind: str, inc: list[str]) -> list[str]:
     same code, another I/O path); the native server with every incumbent."""
     if kind.startswith("aio-sock") or kind == "uringkit-loop-sock":
         return [k for k in inc if k.endswith("-sock")]
-    if kind == "uringkit-loop":
+    if kind in ("uringkit-loop", "uringkit-loop-selector"):
         return [k for k in inc if not k.endswith("-sock")]
     return inc
 

@@ -7,7 +7,10 @@
 - `aio-sock`, `aio-sock-uvloop`: the same coroutines with `uringkit.aio.sock_*` (the
   operations themselves go through the loop's io_uring), on asyncio's loop or uvloop;
 - `uringkit-loop`, `uringkit-loop-sock`: the Protocol server and the `loop.sock_*`
-  coroutines on `uringkit.loop` (asyncio's loop waiting on io_uring instead of epoll).
+  coroutines on `uringkit.loop` (asyncio's loop waiting on io_uring instead of epoll;
+  the Protocol's transport receives through the ring);
+- `uringkit-loop-selector`: the Protocol server on `uringkit.loop` with asyncio's own
+  readiness-based transports (`ring_transports=False`).
 
     python -m uringkit.net.peers KIND HOST PORT
 
@@ -74,6 +77,7 @@ KINDS = [
     "aio-sock-uvloop",
     "uringkit-loop",
     "uringkit-loop-sock",
+    "uringkit-loop-selector",
     "aio-sock-uringkit-loop",
 ]
 
@@ -83,7 +87,7 @@ def main(argv: list[str]) -> int:
     if kind not in KINDS:
         print(f"unknown server {kind!r}: one of {', '.join(KINDS)}", file=sys.stderr)
         return 2
-    if kind in ("asyncio", "uvloop", "uringkit-loop"):
+    if kind in ("asyncio", "uvloop", "uringkit-loop", "uringkit-loop-selector"):
         coro = serve(host, port)
     else:
         coro = serve_sock(host, port, ring=kind.startswith("aio"))
@@ -94,7 +98,11 @@ def main(argv: list[str]) -> int:
     elif "uringkit-loop" in kind:
         import uringkit.loop
 
-        uringkit.loop.run(coro)
+        transports = kind != "uringkit-loop-selector"
+        with asyncio.Runner(
+            loop_factory=lambda: uringkit.loop.new_event_loop(ring_transports=transports)
+        ) as runner:
+            runner.run(coro)
     else:
         asyncio.run(coro)
     return 0
