@@ -91,6 +91,7 @@ class UringSelector(selectors.BaseSelector):
         self._recv_br: BufferRing | None = None
         self._recv_gid = 0
         self._ring_moved = False  # (set once the ring moved to another thread)
+        self.last_batch = 0  # completions the last select reaped (how busy the loop is)
         self.transports: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def _new_ring(self) -> tuple[Ring, bool]:
@@ -194,6 +195,7 @@ class UringSelector(selectors.BaseSelector):
             self._move_to_this_thread()
             # (no wait: the move may have scheduled callbacks — aborted transports)
             done = self._wait(0)
+        self.last_batch = len(done)
         ready: dict[int, int] = {}
         armed, ops, completed = self._armed, self._ops, self.completed
         for c in done:

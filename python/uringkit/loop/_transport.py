@@ -4,9 +4,12 @@ asyncio's selector transport waits for readiness, then calls `recv` (a system ca
 read). This one keeps one multishot RECV armed per connection, with buffers picked by
 the kernel from a provided-buffer ring the loop shares between its connections: data
 arrives as completions of the loop's one `io_uring_enter` per iteration, and no system
-call reads it. Writes go out as asyncio's do — `send` at once when nothing is queued (the
-lowest latency) — and what the socket does not take is queued and sent by a SEND on the
-ring, one at a time, so the bytes keep their order.
+call reads it. Writes on a busy loop (4 or more completions in its last
+`io_uring_enter`) are SENDs on the ring, one in flight per connection (what is written
+meanwhile waits behind it, in order): they go out with the next `io_uring_enter`, every
+connection's in one system call, instead of a `send` call each. On a quiet loop a write
+is a `send` at once, as asyncio's (a SEND would cost a loop iteration for its completion
+that no other connection shares); what the socket does not take goes on the ring.
 
 Behaviour follows `asyncio.selector_events._SelectorSocketTransport`: the protocol
 callbacks, flow control (`pause_writing`/`resume_writing` at the write-buffer limits),
@@ -38,6 +41,9 @@ _ECANCELED = errno.ECANCELED
 _ENOENT = errno.ENOENT
 _EALREADY = errno.EALREADY
 _SEND_FLAGS = socket.MSG_NOSIGNAL
+# completions in the loop's last io_uring_enter from which writes go out as SENDs on the
+# ring (batched into the next enter) rather than as a `send` call each
+_BUSY = 4
 
 
 def _os_error(res: int) -> OSError:
@@ -61,6 +67,8 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
 
     if TYPE_CHECKING:  # (what asyncio's classes have and typeshed does not declare)
         _extra: dict[str, Any]
+        _high_water: int
+        _protocol_paused: bool
 
         def _maybe_pause_protocol(self) -> None: ...
         def _maybe_resume_protocol(self) -> None: ...
@@ -109,9 +117,9 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
         self._eof_seen = False
         # sending: the SEND in flight (user_data, its bytes), what waits behind it
         self._send_ud = 0
-        self._sending: memoryview | None = None
+        self._sending: bytes | memoryview | None = None
         self._queue: collections.deque[bytes | memoryview] = collections.deque()
-        self._queued = 0
+        self._queued = 0  # bytes written and not yet sent, the SEND in flight included
         if server is not None:
             _attach(server, self)
         cast(Any, loop)._transports[self._sock_fd] = self  # (asyncio's fd-in-use check)
@@ -293,10 +301,13 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
     # ----- writing -------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(
-                f"data argument must be a bytes-like object, not {type(data).__name__!r}"
-            )
+        if type(data) is not bytes:
+            if not isinstance(data, (bytearray, memoryview)):
+                raise TypeError(
+                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
+                )
+            # (a copy: the kernel reads it later, and the caller may reuse its buffer)
+            data = bytes(data)
         if self._eof:
             raise RuntimeError("Cannot call write() after write_eof()")
         if self._empty_waiter is not None:
@@ -308,8 +319,10 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
                 logger.warning("socket.send() raised exception.")
             self._conn_lost += 1
             return
-        if not self._queued:
-            # nothing queued: send now, as asyncio does (the lowest latency)
+        if not self._send_ud and self._sel.last_batch < _BUSY:
+            # A quiet loop: `send` now. (A SEND on the ring would cost a trip round the
+            # loop for its completion: on a busy loop many connections' sends share it
+            # and the enter that submits them, on a quiet one a write would pay it alone.)
             try:
                 n = self._sock.send(data)  # type: ignore[union-attr]
             except (BlockingIOError, InterruptedError):
@@ -321,34 +334,39 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
                 return
             if n == len(data):
                 return
-            data = data[n:]
-        # the rest waits its turn (a copy: the caller may reuse a mutable buffer)
-        self._queue.append(data if type(data) is bytes else bytes(data))
+            if n:
+                data = memoryview(data)[n:]
         self._queued += len(data)
-        if not self._send_ud:
-            self._send_next()
-        self._maybe_pause_protocol()
+        if self._send_ud:
+            self._queue.append(data)  # (behind the SEND in flight: sent when it is done)
+        else:
+            self._send(data)  # (on a busy loop: with the other connections' sends)
+        if self._queued > self._high_water:
+            self._maybe_pause_protocol()
+
+    def _send(self, chunk: bytes | memoryview) -> None:
+        """One SEND on the ring (it goes out with the loop's next io_uring_enter, with
+        every other connection's: one system call for all of an iteration's writes)."""
+        sel = self._sel
+        ud = sel.new_op(self._on_send)
+        try:
+            sel.ring.send(self._sock_fd, chunk, flags=_SEND_FLAGS, user_data=ud)
+        except OSError as exc:
+            sel.forget_op(ud)
+            self._fatal_error(exc, "Fatal write error on socket transport")
+            return
+        self._send_ud = ud
+        self._sending = chunk
 
     def _send_next(self) -> None:
         q = self._queue
         chunk = q.popleft() if len(q) == 1 else b"".join(q)
         q.clear()
-        view = memoryview(chunk)
-        sel = self._sel
-        ud = sel.new_op(self._on_send)
-        try:
-            sel.ring.send(self._sock_fd, view, flags=_SEND_FLAGS, user_data=ud)
-        except OSError as exc:
-            sel.forget_op(ud)
-            self._queue.appendleft(view)
-            self._fatal_error(exc, "Fatal write error on socket transport")
-            return
-        self._send_ud = ud
-        self._sending = view
+        self._send(chunk)
 
     def _on_send(self, c: Completion) -> None:
         self._send_ud = 0
-        view, self._sending = self._sending, None
+        chunk, self._sending = self._sending, None
         res = c.res
         if self._conn_lost:
             return
@@ -361,12 +379,13 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
                 self._empty_waiter.set_exception(exc)
             return
         self._queued -= res
-        assert view is not None
-        if res < len(view):
-            self._queue.appendleft(view[res:])
+        assert chunk is not None
+        if res < len(chunk):
+            self._queue.appendleft(memoryview(chunk)[res:])  # (a short send: the rest first)
         if self._queue:
             self._send_next()
-        self._maybe_resume_protocol()  # (may write more)
+        if self._protocol_paused:
+            self._maybe_resume_protocol()  # (may write more)
         if not self._queued and not self._send_ud:
             if self._empty_waiter is not None:
                 self._empty_waiter.set_result(None)
@@ -382,6 +401,8 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
             self._fatal_error(exc, "Fatal write error on socket transport")
 
     def get_write_buffer_size(self) -> int:
+        # (the SEND in flight included: until it completes, the kernel has not taken it —
+        # so a write above the high-water mark pauses the protocol until its SEND is done)
         return self._queued
 
     def write_eof(self) -> None:
