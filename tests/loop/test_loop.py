@@ -144,7 +144,8 @@ def test_subprocess_and_signals(run: Run) -> None:
 @pytest.mark.parametrize("api", ["loop", "aio"])
 def test_sock_calls_and_cancellation(run: Run, api: str) -> None:
     """accept/connect/recv/sendall, and a cancelled recv leaves the socket usable — with
-    the loop's sock_* and with uringkit.aio's (through the loop's ring)."""
+    the loop's sock_* and with uringkit.aio's (through the loop's ring; on uringkit.loop
+    the loop's sock_* are those)."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -154,6 +155,12 @@ def test_sock_calls_and_cancellation(run: Run, api: str) -> None:
         async with connected_pair(io) as (ls, cl, conn):
             pending = asyncio.ensure_future(io.sock_recv(cl, 10))
             await asyncio.sleep(0.05)  # the recv is waiting (in the kernel, for aio)
+            if type(loop).__name__ == "UringEventLoop":
+                # uringkit.loop's own sock_* submit the operation too (on the loop's
+                # uringkit.aio ring), instead of a readiness poll and then recv
+                from uringkit.aio._backend import _backends
+
+                assert _backends[loop].ring.in_flight >= 1
             pending.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await pending

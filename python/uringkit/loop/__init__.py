@@ -36,6 +36,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from .._native import BufferRing, Completion, Ring
+from ..aio import sock as aio_sock
 
 __all__ = ["EventLoopPolicy", "UringEventLoop", "UringSelector", "new_event_loop", "run"]
 
@@ -331,12 +332,60 @@ class UringEventLoop(asyncio.SelectorEventLoop):
             sock, protocol, waiter, extra=extra, server=server
         )
 
+    # ----- loop.sock_*: the operations themselves on io_uring ---------------------------
+    # asyncio's wait for readiness, then call recv/send/accept/connect themselves; these
+    # submit the operation (uringkit.aio.sock_*, on the loop's uringkit.aio ring), with
+    # asyncio's checks first. Where uringkit.aio has no ring (forced to threads), asyncio's.
+
+    def _sock_check(self, sock: socket.socket) -> bool:
+        """asyncio's checks on a sock_* argument; whether the ring takes the call."""
+        _check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:  # type: ignore[attr-defined]
+            raise ValueError("the socket must be non-blocking")
+        self._ensure_fd_no_transport(sock.fileno())  # type: ignore[attr-defined]
+        return aio_sock._ring() is not None
+
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
+        if not self._sock_check(sock):
+            return await super().sock_recv(sock, n)
+        return await aio_sock.sock_recv(sock, n)
+
+    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
+        if not self._sock_check(sock):
+            return await super().sock_recv_into(sock, buf)
+        return await aio_sock.sock_recv_into(sock, buf)
+
+    async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
+        if not self._sock_check(sock):
+            await super().sock_sendall(sock, data)
+        else:
+            await aio_sock.sock_sendall(sock, data)
+
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
+        if not self._sock_check(sock):
+            return await super().sock_accept(sock)
+        return await aio_sock.sock_accept(sock)
+
+    async def sock_connect(self, sock: socket.socket, address: Any) -> None:
+        if not self._sock_check(sock):
+            await super().sock_connect(sock, address)
+        else:
+            await aio_sock.sock_connect(sock, address)
+
     def _process_events(self, event_list: list[Any]) -> None:
         super()._process_events(event_list)  # type: ignore[misc]
         sel = self._selector
         if sel.completed:
             done, sel.completed = sel.completed, []
             self._ready.append(asyncio.Handle(_run_completions, (done,), self, None))  # type: ignore[attr-defined]
+
+
+def _check_ssl_socket(sock: Any) -> None:
+    """asyncio's refusal of an SSLSocket in loop.sock_* (a TypeError)."""
+    import ssl
+
+    if isinstance(sock, ssl.SSLSocket):
+        raise TypeError("Socket cannot be of type SSLSocket")
 
 
 def _run_completions(done: list[tuple[Callable[[Completion], None], Completion]]) -> None:
