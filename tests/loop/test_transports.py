@@ -171,6 +171,64 @@ def test_many_connections_echo_at_once(run: Run) -> None:
     run(main)
 
 
+def test_more_data_at_once_than_the_loops_receive_buffers(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 connections whose 40 KiB each arrive at once: far more than the provided
+    buffers uringkit.loop's connections share (cut to 8 here, so that they surely run
+    dry: the kernel hands a loop's deferred receives over 20 at a time, and 256 buffers
+    are recycled faster than that). A receive that finds them all taken (ENOBUFS) is
+    re-armed and its data waits in the socket: every byte comes through, in order, on
+    every connection."""
+    import uringkit.loop
+
+    monkeypatch.setattr(uringkit.loop, "RECV_BUFFERS", 8)
+    n, size = 300, 40 << 10
+
+    async def main() -> None:
+        got: dict[int, bytearray] = {}
+        done, all_lost = asyncio.Event(), asyncio.Event()
+        lost: list[BaseException | None] = []
+
+        class Sink(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.buf = bytearray()
+
+            def connection_lost(self, exc: BaseException | None) -> None:
+                lost.append(exc)
+                if len(lost) == n:
+                    all_lost.set()
+
+            def data_received(self, data: bytes) -> None:
+                self.buf += data
+                if len(self.buf) >= size:
+                    got[struct.unpack("!I", self.buf[:4])[0]] = self.buf
+                    if len(got) == n:
+                        done.set()
+
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(Sink, "127.0.0.1", 0, backlog=n)
+        port = srv.sockets[0].getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+        try:
+            await asyncio.sleep(0.2)  # (all accepted, their receives armed)
+            # every client's data sent before the loop runs again
+            msgs = [struct.pack("!I", i) + os.urandom(size - 4) for i in range(n)]
+            for c, m in zip(clients, msgs, strict=True):
+                c.sendall(m)
+            await asyncio.wait_for(done.wait(), 30)
+            assert all(bytes(got[i]) == msgs[i] for i in range(n))
+        finally:
+            for c in clients:
+                c.close()  # (each server transport sees EOF and closes)
+            await asyncio.wait_for(all_lost.wait(), 30)
+            srv.close()
+            await srv.wait_closed()
+        assert lost == [None] * n
+
+    run(main)
+
+
 def test_pause_reading_holds_data_until_resumed(run: Run) -> None:
     """No data_received between pause_reading and resume_reading; afterwards every byte,
     in order, and the transport says whether it is reading."""
