@@ -283,3 +283,38 @@ def test_a_loop_run_from_several_threads() -> None:
             t.join()
     loop.close()
     assert out == ["hello"] * 3
+
+
+def test_a_failing_completion_handler_loses_no_other_completion() -> None:
+    """The ring's completions of one iteration run in one callback: a handler that
+    raises goes to the loop's exception handler, and the handlers after it still run
+    (each is a transport waiting for a completion the ring already handed over)."""
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    import uringkit.loop
+
+    loop = uringkit.loop.new_event_loop()
+    seen: list[Any] = []
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+
+    def bad(c: Any) -> None:
+        raise ValueError(f"handler bug ({c.res})")
+
+    async def main() -> None:
+        sel = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
+        for h in (seen.append, bad, seen.append, seen.append):
+            sel.ring.nop(user_data=sel.new_op(h))
+        for _ in range(50):
+            await asyncio.sleep(0)
+            if len(seen) == 3:
+                break
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [c.res for c in seen] == [0, 0, 0]
+    assert len(errors) == 1
+    assert isinstance(errors[0]["exception"], ValueError)
+    assert "completion handler" in errors[0]["message"]

@@ -52,6 +52,9 @@ _EBADFD = 77
 # the provided buffers a loop's stream receives share: 256 x 16 KiB
 RECV_BUFFERS = 256
 RECV_SIZE = 16 << 10
+# what select returns when no registered fd is ready (never modified: asyncio only
+# iterates over it)
+_NO_EVENTS: list[tuple[selectors.SelectorKey, int]] = []
 
 
 class _Map(Mapping[Any, selectors.SelectorKey]):
@@ -191,38 +194,50 @@ class UringSelector(selectors.BaseSelector):
             self._ring.enable()  # this thread becomes the ring's single issuer
             self._enabled = True
         try:
-            done = self._wait(timeout)
+            if timeout is None or timeout > 0:
+                done = self._ring.wait(1, timeout)
+            else:
+                done = self._poll_now()
         except FileExistsError:  # EEXIST: not the issuer's thread
             self._move_to_this_thread()
             # (no wait: the move may have scheduled callbacks — aborted transports)
-            done = self._wait(0)
+            done = self._poll_now()
         self.last_batch = len(done)
-        ready: dict[int, int] = {}
+        # (the loop's hot path, run once per iteration: no allocation beyond what it
+        # returns; an iteration of ring transport completions alone returns a shared
+        # empty list)
+        ready: dict[int, int] | None = None
         armed, ops, completed = self._armed, self._ops, self.completed
         for c in done:
             ud = c.user_data
+            h = ops.get(ud)
+            if h is not None:
+                if not c.more:
+                    del ops[ud]
+                completed.append((h, c))
+                continue
             where = armed.pop(ud, None)
             if where is None:
-                h = ops.get(ud)
-                if h is not None:
-                    if not c.more:
-                        del ops[ud]
-                    completed.append((h, c))
-                continue  # (else a poll_remove's or cancel's own completion)
+                continue  # (a poll_remove's or cancel's own completion)
             fd, ev = where
             del self._by_fd[where]
             key = self._keys.get(fd)
             if key is None or not key.events & ev:
                 continue  # unregistered (or modified) after it fired
-            if c.res < 0 and c.res != -_ECANCELED:
-                # (EBADF: the fd was closed while registered, as epoll would drop it)
+            res = c.res
+            if res < 0:
+                if res == -_ECANCELED:
+                    self._arm(fd, ev)
+                # (else EBADF: the fd was closed while registered, as epoll would drop it)
                 continue
-            if c.res == -_ECANCELED:
-                self._arm(fd, ev)
-                continue
+            if ready is None:
+                ready = {}
             ready[fd] = ready.get(fd, 0) | ev
             self._arm(fd, ev)  # level-triggered: asked again on the next select
-        return [(self._keys[fd], evs & self._keys[fd].events) for fd, evs in ready.items()]
+        if ready is None:
+            return _NO_EVENTS
+        keys = self._keys
+        return [(keys[fd], evs & keys[fd].events) for fd, evs in ready.items()]
 
     # ----- completion-based I/O (RingSocketTransport) ----------------------------------
 
@@ -256,11 +271,11 @@ class UringSelector(selectors.BaseSelector):
             br = self._recv_br = self._ring.buffer_ring(self._recv_gid, RECV_BUFFERS, RECV_SIZE)
         return br
 
-    def _wait(self, timeout: float | None) -> list[Any]:
-        if timeout is not None and timeout <= 0:
-            self._ring.submit()  # (the re-arms; a ready fd completes its poll inline)
-            return self._ring.completions()
-        return self._ring.wait(1, timeout)
+    def _poll_now(self) -> list[Any]:
+        """select(0): submit the re-arms (a ready fd completes its poll inline) and
+        reap what is there, without waiting."""
+        self._ring.submit()
+        return self._ring.completions()
 
     def close(self) -> None:
         self._keys.clear()
@@ -314,6 +329,7 @@ class UringEventLoop(asyncio.SelectorEventLoop):
                 "buffers (Linux 6.0+)"
             )
         self._ring_io = want
+        self._completions_handle = asyncio.Handle(self._run_completions, (), self, None)
 
     def _make_socket_transport(
         self,
@@ -373,11 +389,31 @@ class UringEventLoop(asyncio.SelectorEventLoop):
             await aio_sock.sock_connect(sock, address)
 
     def _process_events(self, event_list: list[Any]) -> None:
-        super()._process_events(event_list)  # type: ignore[misc]
+        if event_list:
+            super()._process_events(event_list)  # type: ignore[misc]
+        if self._selector.completed:
+            # the ring's completions of this iteration, run in one callback after the
+            # ready fds' (one Handle, made once: its context is the loop's creator's, as
+            # a reader callback's is the context it was added in)
+            self._ready.append(self._completions_handle)  # type: ignore[attr-defined]
+
+    def _run_completions(self) -> None:
         sel = self._selector
-        if sel.completed:
-            done, sel.completed = sel.completed, []
-            self._ready.append(asyncio.Handle(_run_completions, (done,), self, None))  # type: ignore[attr-defined]
+        done, sel.completed = sel.completed, []
+        for i, (handler, c) in enumerate(done):
+            try:
+                handler(c)
+            except (SystemExit, KeyboardInterrupt):
+                # leaving the loop: the rest run on its next iteration (dropping one
+                # would leave its transport waiting for a completion already reaped)
+                sel.completed[:0] = done[i + 1 :]
+                if sel.completed:
+                    self._ready.append(self._completions_handle)  # type: ignore[attr-defined]
+                raise
+            except BaseException as exc:
+                self.call_exception_handler(
+                    {"message": f"Exception in completion handler {handler!r}", "exception": exc}
+                )
 
 
 def _check_ssl_socket(sock: Any) -> None:
@@ -386,11 +422,6 @@ def _check_ssl_socket(sock: Any) -> None:
 
     if isinstance(sock, ssl.SSLSocket):
         raise TypeError("Socket cannot be of type SSLSocket")
-
-
-def _run_completions(done: list[tuple[Callable[[Completion], None], Completion]]) -> None:
-    for handler, c in done:
-        handler(c)
 
 
 def _ring_transports_wanted() -> bool:
