@@ -1,7 +1,8 @@
 """uringkit.aio against aiofiles, run_in_executor(os.pread), sync os.pread and the bare
 asyncio scaffolding, in one run.
 
-    python benches/aio_files.py [--size 1g] [--reads 50000] [--dir .] [--loop asyncio|uvloop]
+    python benches/aio_files.py [--size 1g] [--reads 50000] [--dir .]
+                                [--loop asyncio|uvloop|uringkit]
 
 Workloads:
 - random 4 KiB reads of a page-cache-hot file, 64 in flight, as a Task per read (gather
@@ -74,6 +75,10 @@ def timed(loop_kind: str, fn: Callable[[], Awaitable[Any]], n: int, repeat: int 
             import uvloop
 
             el = uvloop.run(main())
+        elif loop_kind == "uringkit":
+            import uringkit.loop
+
+            el = uringkit.loop.run(main())
         else:
             el = asyncio.run(main())
         best = min(best, el * 1e6 / n)
@@ -87,7 +92,7 @@ def main() -> int:
     ap.add_argument("--size", default="1g")
     ap.add_argument("--reads", type=int, default=50_000)
     ap.add_argument("--dir", default=".")
-    ap.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"])
+    ap.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "uringkit"])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     size = parse_size(a.size)

@@ -334,6 +334,115 @@ impl Ring {
         Ok(v)
     }
 
+    /// `wait`'s work: submit what is queued, then reap into `out` until it holds at
+    /// least `min_complete` completions or `timeout` seconds pass (GIL released while
+    /// blocked). With nothing in flight and no `timeout`, it returns at once. An error
+    /// (a signal handler's exception, a failed system call) leaves what was reaped in
+    /// `out` for the caller to keep.
+    fn collect(
+        &mut self,
+        py: Python<'_>,
+        min_complete: usize,
+        timeout: Option<f64>,
+        out: &mut Vec<Done<Keep>>,
+    ) -> PyResult<()> {
+        if let Some(t) = timeout {
+            if !(t >= 0.0 && t.is_finite()) {
+                return Err(PyValueError::new_err(format!(
+                    "timeout must be a finite number of seconds >= 0, or None (got {t})"
+                )));
+            }
+        }
+        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+        let core = self.core()?;
+        core.submit()
+            .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
+        core.reap(out, usize::MAX)
+            .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
+        while out.len() < min_complete {
+            // Nothing of ours in flight: only a message from another ring (msg_ring) could
+            // still arrive — wait for it until the timeout, but never forever.
+            if core.holding() == 0 && core.sq_pending() == 0 && deadline.is_none() {
+                break;
+            }
+            let cap = core.cq_entries() as usize;
+            let want = (min_complete - out.len()).min(cap).max(1);
+            let remaining = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break;
+                    }
+                    Some(d - now)
+                }
+                None => None,
+            };
+            let c: &CoreRing = core;
+            let outcome = py
+                .detach(|| c.wait_cqes(want, remaining))
+                .map_err(|e| io_error(e, "io_uring_enter (wait)"))?;
+            core.reap(out, usize::MAX)
+                .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
+            match outcome {
+                WaitOutcome::Ready => {}
+                WaitOutcome::TimedOut => break,
+                WaitOutcome::Interrupted => py.check_signals()?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `dispatch`'s work on reaped completions: each final one whose user_data is a key
+    /// of `futures` resolves that future (see `dispatch`); the others go to `slow`.
+    fn resolve(
+        &mut self,
+        py: Python<'_>,
+        futures: &Bound<'_, pyo3::types::PyDict>,
+        wake: Option<&Bound<'_, pyo3::types::PyList>>,
+        out: Vec<Done<Keep>>,
+        slow: &mut Vec<Completion>,
+    ) -> PyResult<()> {
+        for d in out {
+            // (a provided-buffer completion needs its buffer accounted: the slow path)
+            if !d.more() && d.io.buf_group.is_none() && !futures.is_empty() {
+                if let Some(fut) = futures.get_item(d.user_data)? {
+                    futures.del_item(d.user_data)?;
+                    if !fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
+                        let set = pyo3::intern!(py, "set_result");
+                        if let Some(wake) = wake {
+                            take_waiter(py, &fut, wake)?;
+                        }
+                        if let (
+                            true,
+                            Some(Slot {
+                                keep: Keep::Lease(l),
+                                ..
+                            }),
+                        ) = (d.res >= 0, &d.slot)
+                        {
+                            let n = (d.res as usize).min(l.bufs.size);
+                            // SAFETY: the read completed: the kernel wrote (up to) n bytes
+                            // of the leased buffer, which nothing else uses until the lease
+                            // is dropped with the slot, after this copy.
+                            let data = unsafe {
+                                std::slice::from_raw_parts(l.bufs.ptr(l.index as usize), n)
+                            };
+                            fut.call_method1(set, (pyo3::types::PyBytes::new(py, data),))?;
+                        } else if d.res >= 0 {
+                            fut.call_method1(set, (d.res,))?;
+                        } else {
+                            let c = self.completion(py, d)?;
+                            fut.call_method1(set, (c,))?;
+                        }
+                    }
+                    continue;
+                }
+            }
+            slow.push(self.completion(py, d)?);
+        }
+        Ok(())
+    }
+
     fn buffer_ring_group(&self, br: &Bound<'_, BufferRing>) -> PyResult<(u16, usize)> {
         let b = br.get();
         match self.buf_rings.get(&b.group_id) {
@@ -705,61 +814,20 @@ impl Ring {
         #[pyo3(from_py_with = int::usize_min_complete)] min_complete: usize,
         timeout: Option<f64>,
     ) -> PyResult<Vec<Completion>> {
-        if let Some(t) = timeout {
-            if !(t >= 0.0 && t.is_finite()) {
-                return Err(PyValueError::new_err(format!(
-                    "timeout must be a finite number of seconds >= 0, or None (got {t})"
-                )));
-            }
-        }
-        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+        let mut all = std::mem::take(&mut self.leftover);
         let mut out: Vec<Done<Keep>> = Vec::new();
-        let early = std::mem::take(&mut self.leftover);
-        let min_complete = min_complete.saturating_sub(early.len());
-        let core = self.core()?;
-        core.submit()
-            .map_err(|e| io_error(e, "io_uring_enter (submit)"))?;
-        core.reap(&mut out, usize::MAX)
-            .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
-        while out.len() < min_complete {
-            // Nothing of ours in flight: only a message from another ring (msg_ring) could
-            // still arrive — wait for it until the timeout, but never forever.
-            if core.holding() == 0 && core.sq_pending() == 0 && deadline.is_none() {
-                break;
-            }
-            let cap = core.cq_entries() as usize;
-            let want = (min_complete - out.len()).min(cap).max(1);
-            let remaining = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        break;
-                    }
-                    Some(d - now)
-                }
-                None => None,
-            };
-            let c: &CoreRing = core;
-            let outcome = py
-                .detach(|| c.wait_cqes(want, remaining))
-                .map_err(|e| io_error(e, "io_uring_enter (wait)"))?;
-            core.reap(&mut out, usize::MAX)
-                .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
-            match outcome {
-                WaitOutcome::Ready => {}
-                WaitOutcome::TimedOut => break,
-                WaitOutcome::Interrupted => {
-                    if let Err(e) = py.check_signals() {
-                        // Completions already taken off the ring are not lost: the next
-                        // wait()/completions() returns them first.
-                        let got = self.convert_all(py, out)?;
-                        self.leftover.extend(got);
-                        return Err(e);
-                    }
-                }
-            }
+        if let Err(e) = self.collect(
+            py,
+            min_complete.saturating_sub(all.len()),
+            timeout,
+            &mut out,
+        ) {
+            // Completions already taken off the ring are not lost: the next
+            // wait()/completions()/dispatch() returns them first.
+            all.extend(self.convert_all(py, out)?);
+            self.leftover = all;
+            return Err(e);
         }
-        let mut all = early;
         all.extend(self.convert_all(py, out)?);
         Ok(all)
     }
@@ -799,56 +867,40 @@ impl Ring {
     /// with `loop.call_soon`: the caller — a loop callback, never a running task — runs
     /// them (`context.run(callback, future)`) once this returns. That saves each woken
     /// task a Handle and a trip through the ready queue of asyncio's (Python) loop.
-    #[pyo3(signature = (futures, wake=None))]
+    ///
+    /// With `min_complete` > 0 it first does what `wait(min_complete, timeout)` does —
+    /// submit, then block (GIL released) until that many completions, resolved here or
+    /// returned, are ready or `timeout` passes: an event loop's whole `select` in one
+    /// call. If a signal handler raises meanwhile, what was reaped is not lost: its
+    /// futures are resolved without `wake` (their callbacks scheduled the usual way),
+    /// the other completions returned first by the next call.
+    #[pyo3(signature = (futures, wake=None, min_complete=0, timeout=None))]
     fn dispatch(
         &mut self,
         py: Python<'_>,
         futures: &Bound<'_, pyo3::types::PyDict>,
         wake: Option<&Bound<'_, pyo3::types::PyList>>,
+        #[pyo3(from_py_with = int::usize_min_complete)] min_complete: usize,
+        timeout: Option<f64>,
     ) -> PyResult<Vec<Completion>> {
         let mut slow = std::mem::take(&mut self.leftover);
         let mut out = Vec::new();
-        self.core()?
-            .reap(&mut out, usize::MAX)
-            .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
-        for d in out {
-            // (a provided-buffer completion needs its buffer accounted: the slow path)
-            if !d.more() && d.io.buf_group.is_none() && !futures.is_empty() {
-                if let Some(fut) = futures.get_item(d.user_data)? {
-                    futures.del_item(d.user_data)?;
-                    if !fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
-                        let set = pyo3::intern!(py, "set_result");
-                        if let Some(wake) = wake {
-                            take_waiter(py, &fut, wake)?;
-                        }
-                        if let (
-                            true,
-                            Some(Slot {
-                                keep: Keep::Lease(l),
-                                ..
-                            }),
-                        ) = (d.res >= 0, &d.slot)
-                        {
-                            let n = (d.res as usize).min(l.bufs.size);
-                            // SAFETY: the read completed: the kernel wrote (up to) n bytes
-                            // of the leased buffer, which nothing else uses until the lease
-                            // is dropped with the slot, after this copy.
-                            let data = unsafe {
-                                std::slice::from_raw_parts(l.bufs.ptr(l.index as usize), n)
-                            };
-                            fut.call_method1(set, (pyo3::types::PyBytes::new(py, data),))?;
-                        } else if d.res >= 0 {
-                            fut.call_method1(set, (d.res,))?;
-                        } else {
-                            let c = self.completion(py, d)?;
-                            fut.call_method1(set, (c,))?;
-                        }
-                    }
-                    continue;
-                }
+        if min_complete > 0 {
+            let want = min_complete.saturating_sub(slow.len());
+            if let Err(e) = self.collect(py, want, timeout, &mut out) {
+                // What was reaped is not lost: its futures resolved the plain way (their
+                // callbacks scheduled — the caller will not run a wake list now), the
+                // rest handed out first by the next call.
+                self.resolve(py, futures, None, out, &mut slow)?;
+                self.leftover = slow;
+                return Err(e);
             }
-            slow.push(self.completion(py, d)?);
+        } else {
+            self.core()?
+                .reap(&mut out, usize::MAX)
+                .map_err(|e| io_error(e, "io_uring_enter (reap)"))?;
         }
+        self.resolve(py, futures, wake, out, &mut slow)?;
         Ok(slow)
     }
 

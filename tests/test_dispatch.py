@@ -318,3 +318,73 @@ print("ok")
     if "EINVAL" in r.stderr and "O_DIRECT" in r.stderr:
         pytest.skip("no O_DIRECT on this filesystem")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_dispatch_waits_like_wait() -> None:
+    """min_complete > 0: submit, block until that many completions (resolved or
+    returned) are ready or the timeout passes — an event loop's select in one call."""
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        with Ring(8) as ring:
+            fut = loop.create_future()
+            ring.timeout(0.05, user_data=1)  # resolves fut (-ETIME: the Completion)
+            ring.nop(user_data=2)  # returned
+            t = time.monotonic()
+            rest = ring.dispatch({1: fut}, None, 2, 5.0)
+            assert time.monotonic() - t >= 0.04  # it waited for the timeout's completion
+            assert [c.user_data for c in rest] == [2]
+            assert fut.result().res == -errno.ETIME
+            t = time.monotonic()
+            assert ring.dispatch({}, None, 1, 0.05) == []  # nothing came: the timeout
+            assert time.monotonic() - t >= 0.04
+            with pytest.raises(ValueError, match="timeout must be"):
+                ring.dispatch({}, None, 1, -1.0)
+
+    asyncio.run(go())
+
+
+def test_dispatch_interrupted_by_a_raising_signal_handler_loses_nothing() -> None:
+    """A signal handler that raises while dispatch waits: what was already reaped is
+    not lost — its futures resolved the plain way (callbacks scheduled, nothing added
+    to the wake list the caller will not run now), the other completions handed out
+    first by the next call."""
+    import signal
+
+    class Alarm(Exception):
+        pass
+
+    def raise_alarm(*_: object) -> None:
+        raise Alarm
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        woke: list[object] = []
+
+        async def waiter(f: asyncio.Future[object]) -> None:
+            woke.append(await f)
+
+        with Ring(8) as ring:
+            fut = loop.create_future()
+            task = asyncio.ensure_future(waiter(fut))
+            await asyncio.sleep(0)  # (the task now waits on fut)
+            ring.nop(user_data=1)  # completes at once: resolved
+            ring.nop(user_data=2)  # completes at once: returned
+            ring.timeout(10, user_data=3)  # what dispatch is left waiting for
+            wake: list[object] = []
+            old = signal.signal(signal.SIGALRM, raise_alarm)
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            try:
+                with pytest.raises(Alarm):
+                    ring.dispatch({1: fut}, wake, 3, 5.0)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+            assert fut.result() == 0 and wake == []
+            await task  # its callback was scheduled: it runs
+            assert woke == [0]
+            assert [c.user_data for c in ring.dispatch({})] == [2]
+            ring.cancel(3)
+            ring.wait(2, 5.0)
+
+    asyncio.run(go())

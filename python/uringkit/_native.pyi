@@ -196,7 +196,11 @@ class Ring:
     def submit(self) -> int: ...
     def wait(self, min_complete: int = 1, timeout: float | None = None) -> list[Completion]: ...
     def dispatch(
-        self, futures: dict[int, Any], wake: list[Any] | None = None
+        self,
+        futures: dict[int, Any],
+        wake: list[Any] | None = None,
+        min_complete: int = 0,
+        timeout: float | None = None,
     ) -> list[Completion]: ...
     def read_future(
         self,

@@ -330,12 +330,20 @@ def test_read_many_cold_ranges_go_out_in_one_submission(tmp_path: Path, run: Any
     os.close(fd)
     ranges = [((i * 97) % 250 * 4096 + i, 3000) for i in range(64)]
 
+    def calls(b: Any) -> int:
+        """The ring's submissions, less the loop's own where uringkit.aio shares the
+        loop's ring (each select of uringkit.loop is one)."""
+        if not isinstance(b, RingBackend):
+            return 0
+        sel = getattr(b.loop, "_selector", None) if b.shared else None
+        return int(b.ring.submit_calls) - (sel.selects if sel is not None else 0)
+
     async def go() -> Any:
         async with await aio.open(p, "rb") as f:
             b = get_backend()
-            before = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+            before = calls(b)
             got = await aio.read_many(f, ranges)
-            after = b.ring.submit_calls if isinstance(b, RingBackend) else 0
+            after = calls(b)
         return got, after - before, isinstance(b, RingBackend)
 
     got, submits, ring = run(go)

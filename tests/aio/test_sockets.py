@@ -127,3 +127,49 @@ def test_many_connections_at_once(run: Run) -> None:
         ls.close()
 
     run(main)
+
+
+def test_receives_try_the_socket_first(run: Run) -> None:
+    """Data already waiting is taken with one non-blocking recv, no ring operation; a
+    socket where tries keep finding nothing goes to the ring directly (one try in
+    eight) until a try finds data again; a socket with a timeout is never tried (recv
+    would wait out the timeout). Every byte arrives either way."""
+    from uringkit.aio._backend import RingBackend, get_backend
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        be = get_backend()
+        ring = isinstance(be, RingBackend)
+        with a, b:
+            a.send(b"ready")
+            ud = be.next_ud if ring else 0
+            assert await aio.sock_recv(b, 100) == b"ready"
+            a.send(b"into")
+            buf = bytearray(10)
+            assert await aio.sock_recv_into(b, buf) == 4 and buf[:4] == b"into"
+            if ring:
+                assert be.next_ud == ud  # no operation went to the ring
+            # nothing waiting: the tries miss, the ring receives
+            for i in range(4):
+                asyncio.get_running_loop().call_later(0.01, a.send, b"%d" % i)
+                assert await aio.sock_recv(b, 100) == b"%d" % i
+            if ring:
+                assert be.recv_misses[b.fileno()] >= 2
+                ud = be.next_ud
+                a.send(b"x")  # waiting, but this socket is not tried now: the ring
+                assert await aio.sock_recv(b, 100) == b"x"
+                assert be.next_ud == ud + 1
+                for _ in range(8):  # ... until the one try in eight finds data
+                    a.send(b"y")
+                    assert await aio.sock_recv(b, 100) == b"y"
+                assert b.fileno() not in be.recv_misses
+            b.settimeout(5.0)  # (a socket with a timeout: never tried)
+            a.send(b"t")
+            ud = be.next_ud if ring else 0
+            assert await aio.sock_recv(b, 100) == b"t"
+            if ring:
+                assert be.next_ud == ud + 1
+
+    run(main)

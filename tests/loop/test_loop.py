@@ -4,6 +4,7 @@ uringkit.loop (uvloop's test style), with real pipes, sockets, processes and sig
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -318,3 +320,151 @@ def test_a_failing_completion_handler_loses_no_other_completion() -> None:
     assert len(errors) == 1
     assert isinstance(errors[0]["exception"], ValueError)
     assert "completion handler" in errors[0]["message"]
+
+
+def _io_uring_fds() -> int:
+    """io_uring instances this process has open."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (closed meanwhile)
+            n += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[io_uring]"
+    return n
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_uringkit_aio_shares_the_loops_ring(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, shared: bool
+) -> None:
+    """On uringkit.loop, uringkit.aio's files and sockets go through the loop's own
+    ring (one io_uring for the loop, no eventfd): file reads, socket echoes on
+    transports and aio.sock_*, cancellation and timers together, every result exact.
+    `URINGKIT_AIO_SHARED_RING=0`: a ring of its own, as on any other loop."""
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    import uringkit.loop
+    from uringkit import aio
+    from uringkit.aio import _backend
+
+    monkeypatch.setenv("URINGKIT_ENGINE", "io_uring")
+    monkeypatch.setattr(_backend, "SHARED_RING", shared)
+    data = os.urandom(1 << 20)
+    (tmp_path / "f").write_bytes(data)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    before = _io_uring_fds()
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, t: Any) -> None:
+            self.t = t
+
+        def data_received(self, d: bytes) -> None:
+            self.t.write(d)
+
+    async def main() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+
+        async def echo() -> bool:
+            for i in range(200):
+                msg = bytes([i]) * (1 + i * 37)
+                w.write(msg)
+                if await r.readexactly(len(msg)) != msg:
+                    return False
+            return True
+
+        async def reads() -> bool:
+            async with aio.open(tmp_path / "f", "rb") as f:
+                for off in range(0, len(data), 65536):
+                    if await f.read_at(4096, off) != data[off : off + 4096]:
+                        return False
+            return True
+
+        async def socks() -> bool:
+            a, b = socket.socketpair()
+            with a, b:
+                for i in range(100):
+                    await aio.sock_sendall(a, b"%d" % i)
+                    if await aio.sock_recv(b, 16) != b"%d" % i:
+                        return False
+            return True
+
+        # a read that never completes, cancelled: the ring cancels it in the kernel
+        fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        g = await aio.open(fd, "rb", closefd=False)
+        stuck = asyncio.ensure_future(g.read(4))
+        await asyncio.sleep(0.01)
+        ok = await asyncio.gather(echo(), reads(), socks(), asyncio.sleep(0.02, True))
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        os.write(fd, b"late")
+        late = os.read(fd, 4)  # (the cancelled read took nothing)
+        os.close(fd)
+        b = _backend.get_backend()
+        out = {
+            "ok": ok,
+            "late": late,
+            "shared": b.shared,
+            "same_ring": b.ring is loop._selector.ring,  # type: ignore[attr-defined]
+            "efd": b.efd,
+            "rings": _io_uring_fds() - before,
+        }
+        w.close()
+        srv.close()
+        return out
+
+    got = uringkit.loop.run(main())
+    assert got["ok"] == [True] * 4 and got["late"] == b"late"
+    if shared:
+        assert got["shared"] and got["same_ring"] and got["efd"] == -1
+        assert got["rings"] == 1
+    else:
+        assert not got["shared"] and not got["same_ring"] and got["efd"] >= 0
+        assert got["rings"] == 2
+
+
+def test_shared_ring_io_in_flight_when_the_loop_moves_threads(tmp_path: Any) -> None:
+    """A loop stopped with a uringkit.aio read in flight on its ring, then run from
+    another thread: the read's awaiter gets a RuntimeError saying why (the old ring
+    cannot be driven from there); new I/O works on the new ring."""
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    import uringkit.loop
+    from uringkit import aio
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    (tmp_path / "f").write_bytes(b"hello world")
+    loop = uringkit.loop.new_event_loop()
+
+    async def start() -> asyncio.Task[bytes]:
+        g = await aio.open(fd, "rb", closefd=False)
+        t = asyncio.ensure_future(g.read(4))
+        await asyncio.sleep(0.02)
+        return t
+
+    stuck = loop.run_until_complete(start())
+    out: list[Any] = []
+
+    async def after() -> Any:
+        try:
+            await stuck
+        except RuntimeError as e:
+            out.append(str(e))
+        async with aio.open(tmp_path / "f", "rb") as f:
+            out.append(await f.read())
+
+    th = threading.Thread(target=loop.run_until_complete, args=(after(),))
+    with warnings.catch_warnings():
+        # (the old ring, closed from a thread not its issuer, warns that it leaves its
+        # in-flight read to the kernel: the documented behaviour, not this test's)
+        warnings.simplefilter("ignore", ResourceWarning)
+        th.start()
+        th.join(10)
+        loop.close()
+    os.close(fd)
+    assert len(out) == 2 and "moved to another thread" in out[0]
+    assert out[1] == b"hello world"

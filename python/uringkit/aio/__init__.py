@@ -8,8 +8,9 @@
     blocks = await aio.read_many("data.bin", [(0, 4096), (1 << 20, 4096)])
     data = await aio.sock_recv(conn, 65536)            # sockets too: loop.sock_*'s API
 
-One io_uring per event loop (created on first use), woken through an eventfd; everything
-queued during one loop iteration is submitted in one system call. When io_uring is
+One io_uring per event loop (created on first use), woken through an eventfd — on
+uringkit.loop, the loop's own ring, reaped by its select; everything queued during one
+loop iteration is submitted in one system call. When io_uring is
 blocked (or `URINGKIT_ENGINE=threads`), the same API runs on the loop's thread pool.
 Works on asyncio's default loop and on uvloop.
 """

@@ -3,7 +3,8 @@ pool with identical behaviour when io_uring is blocked or `URINGKIT_ENGINE` says
 
 The ring backend
 - creates one ring per event loop, lazily, and registers an eventfd with it whose
-  readability wakes the loop (`loop.add_reader`);
+  readability wakes the loop (`loop.add_reader`) — on uringkit.loop it uses the loop's
+  own ring instead, whose select submits its SQEs and reaps its completions;
 - queues SQEs as coroutines ask for them and submits everything queued during one loop
   iteration in a single `io_uring_enter` (a `call_soon` flush);
 - reaps completions in batches and resolves each op's future;
@@ -335,26 +336,24 @@ def _pwrite_full(fd: int, data: Any, offset: int) -> int:
     return done
 
 
+#: on uringkit.loop, whether uringkit.aio queues its operations on the loop's own ring
+#: (its completions reaped by the loop's select, no eventfd) instead of a ring of its own
+#: (URINGKIT_AIO_SHARED_RING=0: a ring of its own, as on any other loop)
+SHARED_RING = os.environ.get("URINGKIT_AIO_SHARED_RING", "1") != "0"
+#: user_data of operations on a shared ring: a range of their own (bit 61), apart from
+#: the loop's polls and transports (counted from 1) and the native fast reads (bit 62)
+SHARED_UD = 1 << 61
+
+
 class RingBackend:
-    """One io_uring per event loop."""
+    """One io_uring per event loop: the loop's own on uringkit.loop (`shared`), else one
+    of its own whose eventfd wakes the loop."""
 
     name = "io_uring"
 
     def __init__(self, loop: asyncio.AbstractEventLoop, entries: int = 256) -> None:
         self.loop = loop
-        try:
-            # Completions wait as deferred task work until the loop reaps them (the
-            # eventfd still fires when they arrive) instead of interrupting whatever the
-            # loop thread runs: +12-17 % O_DIRECT reads/s with 64 in flight. Only this
-            # thread may then submit or reap, which is how a loop's ring is used anyway.
-            self.ring = Ring(entries, single_issuer=True, defer_taskrun=True)
-            self.single_issuer = True
-        except OSError:  # kernels before 6.1
-            self.ring = Ring(entries)
-            self.single_issuer = False
         self.ops = Ring.probe()  # (cached by the native side: one probe per process)
-        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self.ring.register_eventfd(self.efd)
         self.waiting: dict[
             int, tuple[asyncio.Future[Completion], Callable[[Completion], None] | None]
         ] = {}
@@ -374,19 +373,49 @@ class RingBackend:
         self.next_ud = 1
         self.flush_pending = False
         self.closed = False
+        self.efd = -1
+        # sockets (fd) whose last receives, tried before the ring, found no data: how
+        # many in a row (see aio.sock._try_now)
+        self.recv_misses: dict[int, int] = {}
+        sel = getattr(loop, "_selector", None)
+        share = getattr(sel, "share_ring", None) if SHARED_RING else None
+        ring = share(self) if share is not None else None
+        self.shared = ring is not None
+        if ring is not None:
+            # The loop's select submits what is queued and reaps (resolving the fast
+            # futures natively, handing the rest to `complete`): nothing to schedule
+            # (flush_pending stays set) and no eventfd.
+            self.ring = ring
+            self.single_issuer: bool = getattr(sel, "single_issuer", False)
+            self.next_ud = SHARED_UD
+            self.flush_pending = True
+            return
+        try:
+            # Completions wait as deferred task work until the loop reaps them (the
+            # eventfd still fires when they arrive) instead of interrupting whatever the
+            # loop thread runs: +12-17 % O_DIRECT reads/s with 64 in flight. Only this
+            # thread may then submit or reap, which is how a loop's ring is used anyway.
+            self.ring = Ring(entries, single_issuer=True, defer_taskrun=True)
+            self.single_issuer = True
+        except OSError:  # kernels before 6.1
+            self.ring = Ring(entries)
+            self.single_issuer = False
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.ring.register_eventfd(self.efd)
         loop.add_reader(self.efd, self._on_ready)
 
     # ----- plumbing ----------------------------------------------------------------------
 
     def _flush(self) -> None:
-        self.flush_pending = False
+        self.flush_pending = self.shared
         self.unsubmitted = 0
         if not self.closed:
             self.ring.submit()
-            if self.ring.cq_ready:
+            if not self.shared and self.ring.cq_ready:
                 # Ops that completed inline (cached opens, stats, closes…): reap them now
                 # instead of one loop iteration later through the eventfd. _on_ready
                 # clears the eventfd before reaping, so nothing posted later is missed.
+                # (A shared ring's are reaped by the loop's select, next.)
                 self._on_ready()
 
     def _on_ready(self) -> None:
@@ -398,7 +427,14 @@ class RingBackend:
         # (only ever called from a loop callback — the eventfd reader or _flush — never
         # from inside a task, so the tasks woken below may run right here)
         wake: _Woken | None = [] if DIRECT_WAKE else None
-        for c in self.ring.dispatch(self.fast, wake):
+        self.complete(self.ring.dispatch(self.fast, wake), wake)
+        if wake:
+            _run_woken(self.loop, wake)
+
+    def complete(self, done: list[Completion], wake: _Woken | None) -> None:
+        """Resolve the futures of `done` (completions `Ring.dispatch` left), adding the
+        tasks they wake to `wake` (see `_take_waiter`); the caller runs those."""
+        for c in done:
             entry = self.waiting.get(c.user_data)
             if entry is None or c.more:
                 continue
@@ -411,8 +447,25 @@ class RingBackend:
                 if wake is not None:
                     _take_waiter(fut, wake)
                 fut.set_result(c)
-        if wake:
-            _run_woken(self.loop, wake)
+
+    def ring_moved(self, ring: Ring) -> None:
+        """The shared ring's loop moved to another thread and onto `ring`: what was in
+        flight on the old one cannot complete here — its awaiters get a RuntimeError
+        saying so (the old ring's close keeps their memory from the kernel's reach)."""
+        self.ring = ring
+        self.pool_tried = False
+        err = (
+            "the event loop moved to another thread: its io_uring operations in flight "
+            "were abandoned"
+        )
+        for fut, _ in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(RuntimeError(err))
+        for f in self.fast.values():
+            if not f.done():
+                f.set_exception(RuntimeError(err))
+        self.waiting.clear()
+        self.fast.clear()
 
     def _schedule(self) -> None:
         if not self.flush_pending:
@@ -469,14 +522,19 @@ class RingBackend:
         return (await w).res, (await f).res
 
     def shutdown(self) -> None:
-        """Cancel what is in flight and wait for it (the ring does), then release."""
+        """Cancel what is in flight and wait for it (the ring does), then release. A
+        shared ring is the loop's: closing the loop closes it (after this)."""
         if self.closed:
             return
         self.closed = True
-        with contextlib.suppress(Exception):
-            self.loop.remove_reader(self.efd)
-        self.ring.close()
-        os.close(self.efd)
+        if self.shared:
+            with contextlib.suppress(Exception):
+                self.loop._selector.unshare_ring(self)  # type: ignore[attr-defined]
+        else:
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(self.efd)
+            self.ring.close()
+            os.close(self.efd)
         for fut, _ in self.waiting.values():
             if not fut.done():
                 fut.cancel()
@@ -573,6 +631,16 @@ class RingBackend:
         `res` (an int), or the Completion of a failed op. The futures are resolved
         natively (Ring.dispatch), the hot path of socket and O_DIRECT I/O. If the
         awaiting task is cancelled, so is the SQE (its memory stays with the ring)."""
+        fut = self.fast_future(queue)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self.cancel_read(fut)
+            raise
+
+    def fast_future(self, queue: Callable[[int], None]) -> asyncio.Future[Any]:
+        """`fast_op` without the coroutine: queue the SQE and return its future, which
+        the caller awaits — and on cancellation passes to `cancel_read`."""
         if self.closed:
             raise RuntimeError("the event loop's ring is closed")
         ud = self.next_ud
@@ -580,12 +648,10 @@ class RingBackend:
         queue(ud)
         fut: asyncio.Future[Any] = self.new_future()
         self.fast[ud] = fut
-        self._schedule()
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            self.cancel_read(fut)
-            raise
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.loop.call_soon(self._flush)
+        return fut
 
     def cancel_read(self, fut: asyncio.Future[Any]) -> None:
         """Cancel the SQE of a `start_read` whose task was cancelled (its memory stays
@@ -782,10 +848,21 @@ def _at_eof(fd: int, pos: int) -> bool:
 _backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
 
+#: the last (loop, backend) get_backend answered: the hot path of sock_* and files asks
+#: again on every call, and a WeakKeyDictionary lookup makes a weakref each time
+_last: tuple[Any, Any] = (None, None)
+
+
 def get_backend(direct: bool = False) -> Any:
     """The running loop's backend, created on first use."""
+    global _last
     loop = asyncio.get_running_loop()
+    last = _last
+    if last[0] is loop:
+        return last[1]
     b = _backends.get(loop)
+    if b is not None:
+        _last = (loop, b)
     if b is None:
         # O_DIRECT or not is decided per file later, so pick as for O_DIRECT work: where
         # io_uring is blocked, libaio serves O_DIRECT files and threads everything else.
@@ -802,7 +879,16 @@ def get_backend(direct: bool = False) -> Any:
         _backends[loop] = b
         if isinstance(b, (RingBackend, LibaioBackend)):
             _hook_close(loop, b)
+        _last = (loop, b)
     return b
+
+
+def _forget(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop's backend is gone (the loop closes): drop it from the lookups."""
+    global _last
+    _backends.pop(loop, None)
+    if _last[0] is loop:
+        _last = (None, None)
 
 
 def _hook_close(loop: asyncio.AbstractEventLoop, b: RingBackend | LibaioBackend) -> None:
@@ -811,7 +897,7 @@ def _hook_close(loop: asyncio.AbstractEventLoop, b: RingBackend | LibaioBackend)
 
     def close() -> None:
         b.shutdown()
-        _backends.pop(loop, None)
+        _forget(loop)
         orig()
 
     # uvloop's Loop has no __dict__: there the finalizer below does the job.

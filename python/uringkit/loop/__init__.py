@@ -33,10 +33,14 @@ import selectors
 import socket
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._native import BufferRing, Completion, Ring
+from ..aio import _backend as _aio_backend
 from ..aio import sock as aio_sock
+
+if TYPE_CHECKING:
+    from ..aio._backend import RingBackend
 
 __all__ = ["EventLoopPolicy", "UringEventLoop", "UringSelector", "new_event_loop", "run"]
 
@@ -96,6 +100,13 @@ class UringSelector(selectors.BaseSelector):
         self._recv_gid = 0
         self._ring_moved = False  # (set once the ring moved to another thread)
         self.last_batch = 0  # completions the last select reaped (how busy the loop is)
+        self.selects = 0  # select calls (each one io_uring_enter, on a shared ring too)
+        # uringkit.aio's backend when it shares this ring (see share_ring): the
+        # completions of its ops that select reaped, and the tasks its native dispatch
+        # took off resolved futures — both for the loop's completions callback
+        self.aio: RingBackend | None = None
+        self.aio_done: list[Completion] = []
+        self.woken: list[Any] = []
         self.transports: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def _new_ring(self) -> tuple[Ring, bool]:
@@ -105,8 +116,10 @@ class UringSelector(selectors.BaseSelector):
         ring, usable from any thread."""
         try:
             r = Ring(self._entries, single_issuer=True, defer_taskrun=True, disabled=True)
+            self.single_issuer = True
             return r, False
         except OSError:
+            self.single_issuer = False
             return Ring(self._entries), True
 
     def _move_to_this_thread(self) -> None:
@@ -128,6 +141,9 @@ class UringSelector(selectors.BaseSelector):
         self._ops.clear()
         self._recv_br = None
         self._ring_moved = True
+        if self.aio is not None:
+            self.aio.ring_moved(self._ring)
+            self.aio_done.clear()
         for t in list(self.transports):
             t._ring_lost()
         # (closing it from here may be refused — not its issuer: the kernel tears it down
@@ -193,8 +209,18 @@ class UringSelector(selectors.BaseSelector):
         if not self._enabled:
             self._ring.enable()  # this thread becomes the ring's single issuer
             self._enabled = True
+        aio = self.aio
         try:
-            if timeout is None or timeout > 0:
+            if aio is not None:
+                # (one native call reaps, resolving uringkit.aio's fast futures)
+                wake = self.woken if _aio_backend.DIRECT_WAKE else None
+                aio.unsubmitted = 0  # (this enter submits them)
+                if timeout is None or timeout > 0:
+                    done = self._ring.dispatch(aio.fast, wake, 1, timeout)
+                else:
+                    self._ring.submit()
+                    done = self._ring.dispatch(aio.fast, wake)
+            elif timeout is None or timeout > 0:
                 done = self._ring.wait(1, timeout)
             else:
                 done = self._poll_now()
@@ -203,6 +229,7 @@ class UringSelector(selectors.BaseSelector):
             # (no wait: the move may have scheduled callbacks — aborted transports)
             done = self._poll_now()
         self.last_batch = len(done)
+        self.selects += 1
         # (the loop's hot path, run once per iteration: no allocation beyond what it
         # returns; an iteration of ring transport completions alone returns a shared
         # empty list)
@@ -218,7 +245,9 @@ class UringSelector(selectors.BaseSelector):
                 continue
             where = armed.pop(ud, None)
             if where is None:
-                continue  # (a poll_remove's or cancel's own completion)
+                if aio is not None and ud:
+                    self.aio_done.append(c)  # (uringkit.aio's; 0: a cancel's own)
+                continue  # (else a poll_remove's or cancel's own completion)
             fd, ev = where
             del self._by_fd[where]
             key = self._keys.get(fd)
@@ -270,6 +299,21 @@ class UringSelector(selectors.BaseSelector):
             self._recv_gid += 1  # (a new group per ring: an old one may be registered)
             br = self._recv_br = self._ring.buffer_ring(self._recv_gid, RECV_BUFFERS, RECV_SIZE)
         return br
+
+    def share_ring(self, backend: RingBackend) -> Ring:
+        """uringkit.aio's backend for this loop asks to queue its operations on this
+        ring: select then submits them with the loop's own and reaps their completions
+        in the same `io_uring_enter` (no eventfd, no second ring). Returns the ring."""
+        if not self._enabled:
+            self._ring.enable()
+            self._enabled = True
+        self.aio = backend
+        return self._ring
+
+    def unshare_ring(self, backend: RingBackend) -> None:
+        if self.aio is backend:
+            self.aio = None
+            self.aio_done.clear()
 
     def _poll_now(self) -> list[Any]:
         """select(0): submit the re-arms (a ready fd completes its poll inline) and
@@ -355,11 +399,15 @@ class UringEventLoop(asyncio.SelectorEventLoop):
 
     def _sock_check(self, sock: socket.socket) -> bool:
         """asyncio's checks on a sock_* argument; whether the ring takes the call."""
-        _check_ssl_socket(sock)
+        if type(sock) is not socket.socket:  # (the plain one is no SSLSocket)
+            _check_ssl_socket(sock)
         if self._debug and sock.gettimeout() != 0:  # type: ignore[attr-defined]
             raise ValueError("the socket must be non-blocking")
-        self._ensure_fd_no_transport(sock.fileno())  # type: ignore[attr-defined]
-        return aio_sock._ring() is not None
+        fd = sock.fileno()
+        if fd in self._transports:  # type: ignore[attr-defined]
+            self._ensure_fd_no_transport(fd)  # type: ignore[attr-defined]
+        # (uringkit.aio on this loop shares its ring once it exists)
+        return self._selector.aio is not None or aio_sock._ring() is not None
 
     async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
         if not self._sock_check(sock):
@@ -391,7 +439,8 @@ class UringEventLoop(asyncio.SelectorEventLoop):
     def _process_events(self, event_list: list[Any]) -> None:
         if event_list:
             super()._process_events(event_list)  # type: ignore[misc]
-        if self._selector.completed:
+        sel = self._selector
+        if sel.completed or sel.aio_done or sel.woken:
             # the ring's completions of this iteration, run in one callback after the
             # ready fds' (one Handle, made once: its context is the loop's creator's, as
             # a reader callback's is the context it was added in)
@@ -399,21 +448,34 @@ class UringEventLoop(asyncio.SelectorEventLoop):
 
     def _run_completions(self) -> None:
         sel = self._selector
-        done, sel.completed = sel.completed, []
-        for i, (handler, c) in enumerate(done):
-            try:
-                handler(c)
-            except (SystemExit, KeyboardInterrupt):
-                # leaving the loop: the rest run on its next iteration (dropping one
-                # would leave its transport waiting for a completion already reaped)
-                sel.completed[:0] = done[i + 1 :]
-                if sel.completed:
+        if sel.completed:
+            done, sel.completed = sel.completed, []
+            for i, (handler, c) in enumerate(done):
+                try:
+                    handler(c)
+                except (SystemExit, KeyboardInterrupt):
+                    # leaving the loop: the rest run on its next iteration (dropping one
+                    # would leave its transport waiting for a completion already reaped)
+                    sel.completed[:0] = done[i + 1 :]
                     self._ready.append(self._completions_handle)  # type: ignore[attr-defined]
-                raise
-            except BaseException as exc:
-                self.call_exception_handler(
-                    {"message": f"Exception in completion handler {handler!r}", "exception": exc}
-                )
+                    raise
+                except BaseException as exc:
+                    self.call_exception_handler(
+                        {
+                            "message": f"Exception in completion handler {handler!r}",
+                            "exception": exc,
+                        }
+                    )
+        if sel.aio_done or sel.woken:
+            # uringkit.aio's: futures resolved (the tasks awaiting them resume here, as
+            # they would in its eventfd reader on another loop)
+            aio_done, sel.aio_done = sel.aio_done, []
+            wake, sel.woken = sel.woken, []
+            aio = sel.aio
+            if aio_done and aio is not None:
+                aio.complete(aio_done, wake if _aio_backend.DIRECT_WAKE else None)
+            if wake:
+                _aio_backend._run_woken(self, wake)
 
 
 def _check_ssl_socket(sock: Any) -> None:

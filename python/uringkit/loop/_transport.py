@@ -40,7 +40,7 @@ _ENOBUFS = errno.ENOBUFS
 _ECANCELED = errno.ECANCELED
 _ENOENT = errno.ENOENT
 _EALREADY = errno.EALREADY
-_SEND_FLAGS = socket.MSG_NOSIGNAL
+_SEND_FLAGS = int(socket.MSG_NOSIGNAL)  # (a plain int: IntFlag operations run enum code)
 # completions in the loop's last io_uring_enter from which writes go out as SENDs on the
 # ring (batched into the next enter) rather than as a `send` call each
 _BUSY = 4
