@@ -15,8 +15,9 @@ re-arm of the last iteration and waits. Stream connections (TCP, Unix) get a
 `RingSocketTransport` where the kernel has multishot receives into provided buffers
 (6.0): their data arrives as completions of that same `io_uring_enter`, with no readiness
 poll and no `recv` call (`ring_transports=False` or `URINGKIT_LOOP_TRANSPORT=selector`:
-asyncio's own transports). `uringkit.aio` (files, `aio.sock_*`) keeps its own ring on
-this loop as on any other.
+asyncio's own transports). `uringkit.aio` (files, `aio.sock_*`) queues its operations
+on this loop's ring: they go out, and their completions come back, in that same
+`io_uring_enter`.
 
 Needs io_uring (PermissionError saying so where it is blocked); `run()` takes the same
 arguments as `asyncio.run`. See docs/loop.md for what it measures against asyncio's loop
