@@ -5,6 +5,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use uringkit_core::op::{FdArg, SockAddr};
 
 use crate::buffers::Fixed;
@@ -197,6 +198,17 @@ pub fn sockaddr_to_py<'py>(py: Python<'py>, sa: &SockAddr) -> PyResult<Option<Bo
                 .into_pyobject(py)?
                 .into_any(),
         )),
-        None => Ok(None),
+        // AF_UNIX as the socket module gives it: a path as str, an abstract name as
+        // bytes, an unnamed sender as None
+        None => match sa.unix_name() {
+            Some(name) if name.first() == Some(&0) => {
+                Ok(Some(PyBytes::new(py, &name).into_any()))
+            }
+            Some(name) if !name.is_empty() => {
+                let os = std::ffi::OsStr::from_bytes(&name);
+                Ok(Some(os.into_pyobject(py)?.into_any()))
+            }
+            _ => Ok(None),
+        },
     }
 }

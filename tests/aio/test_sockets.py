@@ -173,3 +173,49 @@ def test_receives_try_the_socket_first(run: Run) -> None:
                 assert be.next_ud == ud + 1
 
     run(main)
+
+
+def test_datagrams_recvfrom_and_sendto(run: Run, tmp_path: Any) -> None:
+    """aio.sock_sendto / sock_recvfrom / sock_recvfrom_into: UDP by address and by host
+    name, truncation, receives that wait on the ring, AF_UNIX senders named as the
+    socket module names them (a path as str, unnamed as None)."""
+
+    async def main() -> None:
+        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with a, b:
+            a.bind(("127.0.0.1", 0))
+            b.bind(("127.0.0.1", 0))
+            a.setblocking(False)
+            b.setblocking(False)
+            port = a.getsockname()[1]
+            try:
+                assert await aio.sock_sendto(b, b"by name", ("localhost", port)) == 7
+            except NotImplementedError:
+                pytest.skip("this loop has no sock_sendto (the thread engine uses it)")
+            assert await aio.sock_recvfrom(a, 100) == (b"by name", b.getsockname())
+            await aio.sock_sendto(b, memoryview(b"y" * 50), a.getsockname())
+            assert await aio.sock_recvfrom(a, 20) == (b"y" * 20, b.getsockname())
+            for i in range(4):  # nothing waiting: receives through the ring
+                asyncio.get_running_loop().call_later(0.01, b.sendto, b"%d" % i, a.getsockname())
+                buf = bytearray(8)
+                assert await aio.sock_recvfrom_into(a, buf) == (1, b.getsockname())
+                assert buf[:1] == b"%d" % i
+            with pytest.raises(ValueError, match="greater than"):
+                await aio.sock_recvfrom_into(a, bytearray(4), 10)
+        path = str(tmp_path / "u")
+        u = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        named = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        anon = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        with u, named, anon:
+            u.bind(path)
+            u.setblocking(False)
+            named.bind(str(tmp_path / "n"))
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.01, named.sendto, b"from n", path)
+            assert await aio.sock_recvfrom(u, 100) == (b"from n", str(tmp_path / "n"))
+            loop.call_later(0.01, anon.sendto, b"anon", path)
+            data, addr = await aio.sock_recvfrom(u, 100)
+            assert data == b"anon" and not addr
+
+    run(main)

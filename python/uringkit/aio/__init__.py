@@ -29,7 +29,16 @@ from .._native import AlignedBuffer
 from . import os, tempfile
 from ._backend import get_backend
 from ._file import AsyncFile, AsyncTextFile, _explain_direct, bad_range
-from .sock import sock_accept, sock_connect, sock_recv, sock_recv_into, sock_sendall
+from .sock import (
+    sock_accept,
+    sock_connect,
+    sock_recv,
+    sock_recv_into,
+    sock_recvfrom,
+    sock_recvfrom_into,
+    sock_sendall,
+    sock_sendto,
+)
 
 __all__ = [
     "AsyncFile",
@@ -45,7 +54,10 @@ __all__ = [
     "sock_connect",
     "sock_recv",
     "sock_recv_into",
+    "sock_recvfrom",
+    "sock_recvfrom_into",
     "sock_sendall",
+    "sock_sendto",
 ]
 
 

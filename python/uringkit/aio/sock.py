@@ -31,7 +31,16 @@ from typing import Any
 
 from ._backend import RingBackend, _oserror, get_backend
 
-__all__ = ["sock_accept", "sock_connect", "sock_recv", "sock_recv_into", "sock_sendall"]
+__all__ = [
+    "sock_accept",
+    "sock_connect",
+    "sock_recv",
+    "sock_recv_into",
+    "sock_recvfrom",
+    "sock_recvfrom_into",
+    "sock_sendall",
+    "sock_sendto",
+]
 
 
 # (plain ints: the socket module's are IntFlag members, and `|` on those runs enum code
@@ -201,6 +210,99 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
         address = infos[0][4]
     fd = sock.fileno()
     await _io(b, lambda ud: b.ring.connect(fd, address, user_data=ud), "connect")
+
+
+async def _msg(b: RingBackend, queue: Callable[[int], None], what: str) -> Any:
+    """One RECVMSG/SENDMSG through the ring: its Completion (`res`, and `result`: the
+    sender's address of a datagram)."""
+    c = await b.op(queue)
+    if c.res < 0:
+        raise _oserror(c.res, what)
+    return c
+
+
+async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
+    """A datagram from `sock` and its sender's address (`loop.sock_recvfrom`): up to
+    `bufsize` bytes of it, the rest of a longer datagram discarded (as recvfrom does)."""
+    if bufsize < 0:
+        raise ValueError(f"negative buffersize in recvfrom: {bufsize}")
+    b = _ring()
+    if b is None:
+        return await _loop_ready(sock).sock_recvfrom(sock, bufsize)
+    if _try_now(b, sock):
+        try:
+            got = sock.recvfrom(bufsize, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            _missed(b, sock, False)
+        else:
+            _missed(b, sock, True)
+            return got
+    buf = bytearray(bufsize)
+    fd = sock.fileno()
+    c = await _msg(b, lambda ud: b.ring.recvmsg(fd, [buf], user_data=ud), "recvfrom")
+    return bytes(memoryview(buf)[: c.res]), c.result
+
+
+async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> tuple[int, Any]:
+    """Receive a datagram into the writable buffer `buf` (at most `nbytes` bytes of it;
+    0: all of `buf`): (bytes received, sender's address) (`loop.sock_recvfrom_into`)."""
+    mv = memoryview(buf).cast("B")
+    if mv.readonly:
+        raise TypeError("sock_recvfrom_into() needs a writable buffer (bytearray, memoryview…)")
+    if nbytes < 0:
+        raise ValueError(f"negative buffersize in recvfrom_into: {nbytes}")
+    if nbytes > len(mv):
+        raise ValueError("nbytes is greater than the length of the buffer")
+    if not nbytes:
+        nbytes = len(mv)
+    b = _ring()
+    if b is None:
+        return await _loop_ready(sock).sock_recvfrom_into(sock, mv, nbytes)
+    if _try_now(b, sock):
+        try:
+            got = sock.recvfrom_into(mv, nbytes, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            _missed(b, sock, False)
+        else:
+            _missed(b, sock, True)
+            return got
+    fd = sock.fileno()
+    part = mv[:nbytes]
+    c = await _msg(b, lambda ud: b.ring.recvmsg(fd, [part], user_data=ud), "recvfrom")
+    return c.res, c.result
+
+
+async def sock_sendto(sock: socket.socket, data: Any, address: Any) -> int:
+    """Send the datagram `data` to `address` (`loop.sock_sendto`): the bytes sent. A
+    host name is resolved first, without blocking the loop."""
+    b = _ring()
+    if b is None:
+        return await _loop_ready(sock).sock_sendto(sock, data, address)
+    if (
+        sock.family in (socket.AF_INET, socket.AF_INET6)
+        and isinstance(address, tuple)
+        and address
+        and isinstance(address[0], str)
+        and address[0] not in ("", "localhost")
+        and not _is_ip(address[0])
+    ):
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            address[0], address[1], family=sock.family, type=sock.type, proto=sock.proto
+        )
+        if not infos:
+            raise OSError(f"cannot resolve {address[0]!r}")
+        address = infos[0][4]
+    try:
+        return sock.sendto(data, _DONTWAIT | _NOSIGNAL, address)
+    except (BlockingIOError, InterruptedError):
+        pass
+    fd = sock.fileno()
+    mv = memoryview(data).cast("B")
+    return await _io(
+        b,
+        lambda ud: b.ring.sendmsg(fd, [mv], address, flags=_NOSIGNAL, user_data=ud),
+        "sendto",
+    )
 
 
 def _is_ip(host: str) -> bool:

@@ -393,6 +393,22 @@ class UringEventLoop(asyncio.SelectorEventLoop):
             sock, protocol, waiter, extra=extra, server=server
         )
 
+    def _make_datagram_transport(
+        self,
+        sock: socket.socket,
+        protocol: asyncio.BaseProtocol,
+        address: Any = None,
+        waiter: Any = None,
+        extra: dict[str, Any] | None = None,
+    ) -> asyncio.DatagramTransport:
+        if self._ring_io:
+            from ._datagram import RingDatagramTransport
+
+            return RingDatagramTransport(self, sock, protocol, address, waiter, extra)
+        return super()._make_datagram_transport(  # type: ignore[misc,no-any-return]
+            sock, protocol, address, waiter, extra
+        )
+
     # ----- loop.sock_*: the operations themselves on io_uring ---------------------------
     # asyncio's wait for readiness, then call recv/send/accept/connect themselves; these
     # submit the operation (uringkit.aio.sock_*, on the loop's uringkit.aio ring), with
@@ -425,6 +441,23 @@ class UringEventLoop(asyncio.SelectorEventLoop):
             await super().sock_sendall(sock, data)
         else:
             await aio_sock.sock_sendall(sock, data)
+
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
+        if not self._sock_check(sock):
+            return await super().sock_recvfrom(sock, bufsize)
+        return await aio_sock.sock_recvfrom(sock, bufsize)
+
+    async def sock_recvfrom_into(
+        self, sock: socket.socket, buf: Any, nbytes: int = 0
+    ) -> tuple[int, Any]:
+        if not self._sock_check(sock):
+            return await super().sock_recvfrom_into(sock, buf, nbytes)
+        return await aio_sock.sock_recvfrom_into(sock, buf, nbytes)
+
+    async def sock_sendto(self, sock: socket.socket, data: Any, address: Any) -> int:
+        if not self._sock_check(sock):
+            return await super().sock_sendto(sock, data, address)
+        return await aio_sock.sock_sendto(sock, data, address)
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
         if not self._sock_check(sock):

@@ -199,6 +199,27 @@ impl SockAddr {
         Some(s)
     }
 
+    /// An AF_UNIX address's name, as the kernel gave it: the path's bytes (without the
+    /// terminating NUL; an abstract name starts with its NUL byte), empty when the
+    /// socket is unnamed; None for other families.
+    pub fn unix_name(&self) -> Option<Vec<u8>> {
+        if self.storage.ss_family as i32 != libc::AF_UNIX {
+            return None;
+        }
+        // SAFETY: family says the storage holds a sockaddr_un (it is large enough).
+        let un = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_un) };
+        let base = std::mem::size_of::<libc::sa_family_t>();
+        let n = (self.len as usize).saturating_sub(base).min(un.sun_path.len());
+        let mut name: Vec<u8> = un.sun_path[..n].iter().map(|&c| c as u8).collect();
+        if name.first() != Some(&0) {
+            // a path: up to its first NUL (the kernel may count the terminator)
+            if let Some(end) = name.iter().position(|&b| b == 0) {
+                name.truncate(end);
+            }
+        }
+        Some(name)
+    }
+
     /// Back to a std address (inet families only).
     pub fn to_std(&self) -> Option<std::net::SocketAddr> {
         match self.storage.ss_family as i32 {
