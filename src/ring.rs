@@ -2729,26 +2729,66 @@ sqe_op! {
 
 sqe_op! {
     /// Queue recvmsg into `buffers` (scattered). The completion's `result` is the sender's
-    /// address for datagram sockets.
+    /// address for datagram sockets. With `buffer_ring=` (and no `buffers`) the message
+    /// goes into a provided buffer instead — read it with `BufferRing.take_msg(c)`, which
+    /// gives `(payload, address)`; `multishot=True` (needs `buffer_ring`, 6.0+) keeps
+    /// receiving, one completion (`more=True`) per message, until an error, ENOBUFS or
+    /// cancellation. Each provided buffer holds a 144-byte header (io_uring_recvmsg_out and
+    /// the sender's address) before the payload: a longer payload than the rest of the
+    /// buffer is truncated, as recvfrom truncates.
     fn recvmsg(
         &mut self,
         fd: &Bound<'_, PyAny>,
-        buffers: &Bound<'_, PyAny>,
+        buffers: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = int::u32_flags)] flags: u32,
+        multishot: bool,
+        buffer_ring: Option<&Bound<'_, BufferRing>>,
     )
-    signature[fd, buffers,][flags=0,]
+    signature[fd, buffers=None,][flags=0, multishot=false, buffer_ring=None,]
     |user_data, sqe| {
         let fd = fd_arg(fd, "fd")?;
-        let (bufs, iov) = iovecs(buffers, true)?;
-        let mut msg = msg_store(iov, Some(Box::default()));
-        let p = &mut msg.hdr as *mut libc::msghdr;
-        let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
-        slot.owned = Owned::Msg(msg);
-        self.queue(
-            op::net::recvmsg(fd, p, flags),
-            slot,
-            sqe,
-        )
+        match (buffers, buffer_ring) {
+            (Some(_), Some(_)) => Err(PyValueError::new_err(
+                "pass either buffers or buffer_ring, not both",
+            )),
+            (None, None) => Err(PyValueError::new_err(
+                "recvmsg needs buffers, or buffer_ring= for provided buffers",
+            )),
+            (Some(_), None) if multishot => Err(PyValueError::new_err(
+                "multishot recvmsg needs buffer_ring= (each message gets its own buffer)",
+            )),
+            (None, Some(br)) => {
+                let (group, size) = self.buffer_ring_group(br)?;
+                if size <= op::net::RECVMSG_OVERHEAD {
+                    return Err(PyValueError::new_err(format!(
+                        "recvmsg into provided buffers needs buffers larger than {} bytes \
+                         (the header and address before the payload); this ring's are {size}",
+                        op::net::RECVMSG_OVERHEAD
+                    )));
+                }
+                if !multishot {
+                    return Err(PyValueError::new_err(
+                        "recvmsg with buffer_ring= is multishot only: pass multishot=True \
+                         (or buffers for a single message)",
+                    ));
+                }
+                let mut msg = msg_store(Box::new([]), None);
+                msg.hdr.msg_namelen = op::net::RECVMSG_NAME_LEN as libc::socklen_t;
+                let p = &msg.hdr as *const libc::msghdr;
+                let mut slot = Slot::new(user_data, 0, Keep::None);
+                slot.io.buf_group = Some(group);
+                slot.owned = Owned::Msg(msg);
+                self.queue(op::net::recvmsg_multi(fd, p, flags, group), slot, sqe)
+            }
+            (Some(buffers), None) => {
+                let (bufs, iov) = iovecs(buffers, true)?;
+                let mut msg = msg_store(iov, Some(Box::default()));
+                let p = &mut msg.hdr as *mut libc::msghdr;
+                let mut slot = Slot::new(user_data, 0, Keep::Bufs(bufs));
+                slot.owned = Owned::Msg(msg);
+                self.queue(op::net::recvmsg(fd, p, flags), slot, sqe)
+            }
+        }
     }
 }
 

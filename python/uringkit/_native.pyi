@@ -148,6 +148,7 @@ class BufferRing:
     def available(self) -> int: ...
     def view(self, completion: Completion) -> BufferView: ...
     def take(self, completion: Completion) -> bytes: ...
+    def take_msg(self, completion: Completion) -> tuple[bytes, Any]: ...
     def recycle(self, buffer_id: int) -> bool: ...
 
 @final
@@ -448,9 +449,11 @@ class Ring:
     def recvmsg(
         self,
         fd: _Fd,
-        buffers: Iterable[_BufferProtocol],
+        buffers: Iterable[_BufferProtocol] | None = None,
         *,
         flags: int = 0,
+        multishot: bool = False,
+        buffer_ring: BufferRing | None = None,
         **opts: Unpack[_SqeOpts],
     ) -> None: ...
     def shutdown(

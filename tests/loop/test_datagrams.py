@@ -247,3 +247,31 @@ def test_loop_sock_recvfrom_and_sendto(run: Run) -> None:
             assert got2 == (b"after", b.getsockname())
 
     run(main)
+
+
+def test_burst_beyond_the_shared_buffers(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More datagrams at once than uringkit.loop's shared UDP buffers (cut to 2 here):
+    the multishot receive ends with ENOBUFS, is re-armed, and every datagram arrives."""
+    import uringkit.loop
+
+    monkeypatch.setattr(uringkit.loop, "DATAGRAM_BUFFERS", 2)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.bind(("127.0.0.1", 0))
+        rt, rp = await loop.create_datagram_endpoint(Recorder, sock=sock)
+        addr = rt.get_extra_info("sockname")
+        await asyncio.sleep(0)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for rnd in range(3):
+                for i in range(40):
+                    s.sendto(b"%d-%d" % (rnd, i) + b"." * 1000, addr)
+                await rp.wait_for(40 * (rnd + 1))
+        want = sorted(b"%d-%d" % (r, i) + b"." * 1000 for r in range(3) for i in range(40))
+        assert sorted(d for d, _ in rp.got) == want
+        rt.close()
+        await asyncio.sleep(0)
+
+    run(main)

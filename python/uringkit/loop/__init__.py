@@ -57,6 +57,11 @@ _EBADFD = 77
 # the provided buffers a loop's stream receives share: 256 x 16 KiB
 RECV_BUFFERS = 256
 RECV_SIZE = 16 << 10
+# the provided buffers a loop's UDP receives share: 64, each a multishot recvmsg header
+# (144 bytes: io_uring_recvmsg_out and the sender's address) and 64 KiB, more than any
+# UDP payload (65,507 bytes over IPv4, 65,527 over IPv6)
+DATAGRAM_BUFFERS = 64
+DATAGRAM_SIZE = 144 + (64 << 10)
 # what select returns when no registered fd is ready (never modified: asyncio only
 # iterates over it)
 _NO_EVENTS: list[tuple[selectors.SelectorKey, int]] = []
@@ -98,6 +103,7 @@ class UringSelector(selectors.BaseSelector):
         self._ops: dict[int, Callable[[Completion], None]] = {}
         self.completed: list[tuple[Callable[[Completion], None], Completion]] = []
         self._recv_br: BufferRing | None = None
+        self._dgram_br: BufferRing | None = None
         self._recv_gid = 0
         self._ring_moved = False  # (set once the ring moved to another thread)
         self.last_batch = 0  # completions the last select reaped (how busy the loop is)
@@ -141,6 +147,7 @@ class UringSelector(selectors.BaseSelector):
         # the old ring, which this thread cannot drive: they are aborted, saying why.
         self._ops.clear()
         self._recv_br = None
+        self._dgram_br = None
         self._ring_moved = True
         if self.aio is not None:
             self.aio.ring_moved(self._ring)
@@ -315,6 +322,20 @@ class UringSelector(selectors.BaseSelector):
         if self.aio is backend:
             self.aio = None
             self.aio_done.clear()
+
+    def datagram_buffers(self) -> BufferRing:
+        """The provided-buffer ring the loop's UDP receives share (made at first use):
+        64 buffers, each room for any UDP payload after multishot recvmsg's header."""
+        br = self._dgram_br
+        if br is None:
+            if not self._enabled:
+                self._ring.enable()
+                self._enabled = True
+            self._recv_gid += 1  # (group ids shared with the stream receives')
+            br = self._dgram_br = self._ring.buffer_ring(
+                self._recv_gid, DATAGRAM_BUFFERS, DATAGRAM_SIZE
+            )
+        return br
 
     def _poll_now(self) -> list[Any]:
         """select(0): submit the re-arms (a ready fd completes its poll inline) and

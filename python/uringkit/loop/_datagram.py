@@ -1,9 +1,13 @@
 """Datagram transports whose receives complete on the loop's ring.
 
 asyncio's datagram transport waits for readiness, then calls `recvfrom` (a system call
-per datagram, after the one that waited). This one keeps a RECVMSG in flight per socket:
-the datagram and its sender's address arrive as a completion of the loop's one
-`io_uring_enter` per iteration, and the next RECVMSG goes out with the next one.
+per datagram, after the one that waited). This one receives on the loop's ring: UDP
+sockets (AF_INET, AF_INET6) keep one multishot RECVMSG armed into provided buffers the
+loop's datagram sockets share (64 x 64 KiB + header: any UDP payload fits) — every
+datagram that arrives is a completion of the loop's one `io_uring_enter` per iteration,
+however many are queued, with no re-arm per datagram; other datagram sockets (AF_UNIX,
+whose datagrams may exceed 64 KiB) keep a single RECVMSG in flight into a 256 KiB
+buffer of their own, re-armed after each.
 Everything else — `sendto` (sent at once, buffered with flow control when the socket is
 full), connected sockets, `error_received`, `pause_reading`, `close`, `abort` — is
 asyncio's own `_SelectorDatagramTransport`, which this class extends.
@@ -13,14 +17,17 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 from asyncio import selector_events
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._native import Completion
+    from .._native import BufferRing, Completion
     from . import UringEventLoop
 
 _ECANCELED = errno.ECANCELED
+_ENOBUFS = errno.ENOBUFS
+_MULTISHOT_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 # asyncio's datagram transport, which typeshed does not declare
 _Base: Any = selector_events._SelectorDatagramTransport  # type: ignore[attr-defined]
@@ -46,6 +53,9 @@ class RingDatagramTransport(_Base):  # type: ignore[misc]
         self._cancelled: dict[int, bytearray] = {}
         # datagrams a cancelled RECVMSG received anyway, while reading was paused
         self._held: list[tuple[bytes, Any]] = []
+        # UDP: one multishot RECVMSG into the loop's shared datagram buffers
+        self._multishot = sock.family in _MULTISHOT_FAMILIES
+        self._br: BufferRing | None = None  # (the buffer ring its completions name)
         super().__init__(loop, sock, protocol, address, waiter, extra)
         self._sel.transports.add(self)
 
@@ -70,6 +80,18 @@ class RingDatagramTransport(_Base):  # type: ignore[misc]
     def _arm(self) -> None:
         if self._recv_ud:
             return
+        if self._multishot:
+            sel = self._sel
+            try:
+                br = sel.datagram_buffers()
+                ud = sel.new_op(self._on_message)
+                sel.ring.recvmsg(self._sock_fd, multishot=True, buffer_ring=br, user_data=ud)
+            except OSError as exc:
+                self._fatal_error(exc, "Fatal read error on datagram transport")
+                return
+            self._recv_ud = ud
+            self._br = br
+            return
         buf = self._recv_buf
         if buf is None:
             buf = self._recv_buf = bytearray(self.max_size)
@@ -85,13 +107,48 @@ class RingDatagramTransport(_Base):  # type: ignore[misc]
 
     def _stop_reading(self) -> None:
         ud = self._recv_ud
-        if ud:
+        if ud and self._multishot:
+            self._recv_ud = 0  # (its late completions still come, to _on_message)
+            self._sel.cancel_op(ud)
+        elif ud:
             self._recv_ud = 0
             # (the kernel may still write into the buffer: it stays with this op)
             if self._recv_buf is not None:
                 self._cancelled[ud] = self._recv_buf
             self._recv_buf = None
             self._sel.cancel_op(ud)
+
+    def _on_message(self, c: Completion) -> None:
+        """A completion of the multishot RECVMSG (one datagram each)."""
+        ended = not c.more
+        if ended and c.user_data == self._recv_ud:
+            self._recv_ud = 0
+        res = c.res
+        if res >= 0 and c.buffer_id is not None:
+            data, addr = self._br.take_msg(c)  # type: ignore[union-attr]  # (set with ud)
+            if self._conn_lost:
+                return
+            if not self.is_reading():
+                self._held.append((data, addr))  # (paused as it arrived)
+                return
+            if ended:
+                self._arm()
+            self._protocol.datagram_received(data, addr)
+            return
+        if self._conn_lost:
+            return
+        if res == -_ENOBUFS:
+            # every shared buffer was taken (each is given back as its datagram is
+            # copied out): the datagrams wait in the socket; ask again next iteration
+            self._loop.call_soon(self._add_reader, self._sock_fd, None)
+            return
+        if res == -_ECANCELED or res >= 0:
+            if ended and self.is_reading():
+                self._arm()  # (resumed before the cancel landed)
+            return
+        if ended:
+            self._arm()
+        self._protocol.error_received(OSError(-res, os.strerror(-res)))
 
     def _on_recv(self, c: Completion) -> None:
         ud = c.user_data

@@ -78,6 +78,21 @@ pub fn recvmsg(fd: FdArg, msg: *mut libc::msghdr, flags: u32) -> Entry {
     with_fd!(fd, |t| opcode::RecvMsg::new(t, msg).flags(flags).build())
 }
 
+/// Multishot recvmsg into provided buffers (6.0+): each message lands in a buffer of
+/// `group` as an `io_uring_recvmsg_out` header, the name field (`msg_namelen` bytes of
+/// `msg`), the control field, then the payload ([`RECVMSG_NAME_LEN`] reserved here).
+pub fn recvmsg_multi(fd: FdArg, msg: *const libc::msghdr, flags: u32, group: u16) -> Entry {
+    with_fd!(fd, |t| opcode::RecvMsgMulti::new(t, msg, group)
+        .flags(flags)
+        .build())
+}
+
+/// The name field a multishot recvmsg reserves in each buffer: a whole sockaddr_storage.
+pub const RECVMSG_NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_storage>();
+
+/// Bytes of each provided buffer a multishot recvmsg uses before the payload.
+pub const RECVMSG_OVERHEAD: usize = 16 + RECVMSG_NAME_LEN;
+
 pub fn shutdown(fd: FdArg, how: i32) -> Entry {
     with_fd!(fd, |t| opcode::Shutdown::new(t, how).build())
 }
