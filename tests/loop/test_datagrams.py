@@ -275,3 +275,43 @@ def test_burst_beyond_the_shared_buffers(run: Run, monkeypatch: pytest.MonkeyPat
         await asyncio.sleep(0)
 
     run(main)
+
+
+def test_datagram_endpoint_follows_the_loop_to_another_thread() -> None:
+    """uringkit.loop run from another thread moves to a new ring there: a datagram
+    endpoint's receive, in flight on the old ring, is armed again on the new one (a
+    datagram socket has no stream to lose), and datagrams keep arriving."""
+    import threading
+    import warnings
+
+    from conftest import PROBED
+
+    if not PROBED:
+        pytest.skip("io_uring unavailable")
+    import uringkit.loop
+
+    loop = uringkit.loop.new_event_loop()
+
+    async def start() -> tuple[Any, Recorder]:
+        t, p = await loop.create_datagram_endpoint(Recorder, local_addr=("127.0.0.1", 0))
+        await asyncio.sleep(0.01)
+        return t, p
+
+    t, p = loop.run_until_complete(start())
+    addr = t.get_extra_info("sockname")
+
+    async def more() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for i in range(3):
+                s.sendto(b"%d" % i, addr)
+                await p.wait_for(i + 1)
+
+    th = threading.Thread(target=loop.run_until_complete, args=(more(),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # (the old ring's buffers)
+        th.start()
+        th.join(10)
+        t.close()
+        loop.run_until_complete(asyncio.sleep(0.01))
+        loop.close()
+    assert [d for d, _ in p.got] == [b"0", b"1", b"2"]
