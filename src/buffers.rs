@@ -282,15 +282,13 @@ impl BufferRing {
         let payload = pyo3::types::PyBytes::new(py, out.payload_data());
         let name = out.name_data();
         let mut sa = uringkit_core::op::SockAddr::default();
-        let n = name.len().min(std::mem::size_of::<libc::sockaddr_storage>());
+        let n = name
+            .len()
+            .min(std::mem::size_of::<libc::sockaddr_storage>());
         // SAFETY: sockaddr_storage is plain bytes of at least n; copying n of them from
         // the name field fills the address the kernel wrote there.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                name.as_ptr(),
-                &mut sa.storage as *mut _ as *mut u8,
-                n,
-            );
+            std::ptr::copy_nonoverlapping(name.as_ptr(), &mut sa.storage as *mut _ as *mut u8, n);
         }
         sa.len = n as libc::socklen_t;
         let addr = if n == 0 {

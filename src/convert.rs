@@ -201,9 +201,7 @@ pub fn sockaddr_to_py<'py>(py: Python<'py>, sa: &SockAddr) -> PyResult<Option<Bo
         // AF_UNIX as the socket module gives it: a path as str, an abstract name as
         // bytes, an unnamed sender as None
         None => match sa.unix_name() {
-            Some(name) if name.first() == Some(&0) => {
-                Ok(Some(PyBytes::new(py, &name).into_any()))
-            }
+            Some(name) if name.first() == Some(&0) => Ok(Some(PyBytes::new(py, &name).into_any())),
             Some(name) if !name.is_empty() => {
                 let os = std::ffi::OsStr::from_bytes(&name);
                 Ok(Some(os.into_pyobject(py)?.into_any()))

@@ -209,7 +209,9 @@ impl SockAddr {
         // SAFETY: family says the storage holds a sockaddr_un (it is large enough).
         let un = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_un) };
         let base = std::mem::size_of::<libc::sa_family_t>();
-        let n = (self.len as usize).saturating_sub(base).min(un.sun_path.len());
+        let n = (self.len as usize)
+            .saturating_sub(base)
+            .min(un.sun_path.len());
         let mut name: Vec<u8> = un.sun_path[..n].iter().map(|&c| c as u8).collect();
         if name.first() != Some(&0) {
             // a path: up to its first NUL (the kernel may count the terminator)
