@@ -496,10 +496,17 @@ class UringEventLoop(asyncio.SelectorEventLoop):
             super()._process_events(event_list)  # type: ignore[misc]
         sel = self._selector
         if sel.completed or sel.aio_done or sel.woken:
-            # the ring's completions of this iteration, run in one callback after the
-            # ready fds' (one Handle, made once: its context is the loop's creator's, as
-            # a reader callback's is the context it was added in)
-            self._ready.append(self._completions_handle)  # type: ignore[attr-defined]
+            if not self._ready and not self._debug:  # type: ignore[attr-defined]
+                # Nothing is ready before them: run them now — the ready queue would
+                # run them first anyway, before this iteration's due timers, which are
+                # queued after this returns (a quiet loop's one connection saves a trip
+                # through the queue per wake-up).
+                self._run_completions()
+            else:
+                # the ring's completions of this iteration, run in one callback after
+                # what was ready before (one Handle, made once: its context is the
+                # loop's creator's, as a reader callback's is the context it was added in)
+                self._ready.append(self._completions_handle)  # type: ignore[attr-defined]
 
     def _run_completions(self) -> None:
         sel = self._selector
