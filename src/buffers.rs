@@ -181,6 +181,42 @@ impl BufferRing {
     }
 }
 
+impl BufferRing {
+    /// `f` over the bytes the kernel wrote into a completion's provided buffer, then the
+    /// buffer given back to the kernel (also when `f` fails): what `take` and `take_msg`
+    /// share.
+    fn consume<R>(
+        &self,
+        completion: &Bound<'_, crate::completion::Completion>,
+        f: impl FnOnce(&[u8]) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let c = completion.get();
+        let Some(bid) = c.buffer_id else {
+            return Err(PyValueError::new_err(
+                "this completion carries no buffer (no IORING_CQE_F_BUFFER): it failed or \
+                 did not use buffer selection",
+            ));
+        };
+        let mut r = self.inner.lock().expect("buffer ring lock");
+        if bid >= r.count || c.res < 0 {
+            return Err(PyValueError::new_err(format!(
+                "buffer_id {bid} out of range, or a failed completion (res {})",
+                c.res
+            )));
+        }
+        let len = (c.res as usize).min(r.size);
+        // SAFETY: buf_ptr(bid) is the start of buffer `bid` (size bytes) inside the ring's
+        // mapping, which `r` (the lock on it) keeps alive; the kernel wrote `len` bytes
+        // there and does not touch the buffer until it is recycled below, after `f` (the
+        // slice does not outlive this call).
+        let s = unsafe { std::slice::from_raw_parts(r.buf_ptr(bid) as *const u8, len) };
+        let out = f(s);
+        r.recycle(bid)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        out
+    }
+}
+
 #[pymethods]
 impl BufferRing {
     /// The data the kernel put in the completion's buffer: a zero-copy `BufferView`
@@ -219,29 +255,7 @@ impl BufferRing {
         py: Python<'py>,
         completion: &Bound<'py, crate::completion::Completion>,
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let c = completion.get();
-        let Some(bid) = c.buffer_id else {
-            return Err(PyValueError::new_err(
-                "this completion carries no buffer (no IORING_CQE_F_BUFFER): it failed or \
-                 did not use buffer selection",
-            ));
-        };
-        let mut r = self.inner.lock().expect("buffer ring lock");
-        if bid >= r.count || c.res < 0 {
-            return Err(PyValueError::new_err(format!(
-                "buffer_id {bid} out of range, or a failed completion (res {})",
-                c.res
-            )));
-        }
-        let len = (c.res as usize).min(r.size);
-        // SAFETY: buf_ptr(bid) is the start of buffer `bid` (size bytes) inside the ring's
-        // mapping, which `r` (the lock on it) keeps alive; the kernel wrote `len` bytes
-        // there and does not touch the buffer until it is recycled below.
-        let s = unsafe { std::slice::from_raw_parts(r.buf_ptr(bid) as *const u8, len) };
-        let out = pyo3::types::PyBytes::new(py, s);
-        r.recycle(bid)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok(out)
+        self.consume(completion, |s| Ok(pyo3::types::PyBytes::new(py, s)))
     }
 
     /// A multishot recvmsg completion's message as `(payload, address)` (a copy; the
@@ -252,53 +266,40 @@ impl BufferRing {
         py: Python<'py>,
         completion: &Bound<'py, crate::completion::Completion>,
     ) -> PyResult<(Bound<'py, pyo3::types::PyBytes>, Option<Bound<'py, PyAny>>)> {
-        let c = completion.get();
-        let Some(bid) = c.buffer_id else {
-            return Err(PyValueError::new_err(
-                "this completion carries no buffer (no IORING_CQE_F_BUFFER): it failed or \
-                 did not use buffer selection",
-            ));
-        };
-        let mut r = self.inner.lock().expect("buffer ring lock");
-        if bid >= r.count || c.res < 0 {
-            return Err(PyValueError::new_err(format!(
-                "buffer_id {bid} out of range, or a failed completion (res {})",
-                c.res
-            )));
-        }
-        let len = (c.res as usize).min(r.size);
-        // SAFETY: as in take(): buffer `bid` lies in the ring's mapping, kept alive by the
-        // lock `r`; the kernel wrote `len` bytes there and leaves it alone until recycled.
-        let s = unsafe { std::slice::from_raw_parts(r.buf_ptr(bid) as *const u8, len) };
-        // SAFETY: msghdr is plain old data; only the two lengths matter to the parser.
-        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-        hdr.msg_namelen = uringkit_core::op::net::RECVMSG_NAME_LEN as libc::socklen_t;
-        let out = io_uring::types::RecvMsgOut::parse(s, &hdr).map_err(|_| {
-            PyValueError::new_err(format!(
-                "completion res {len} is shorter than a recvmsg header: not a multishot \
-                 recvmsg's message"
-            ))
-        })?;
-        let payload = pyo3::types::PyBytes::new(py, out.payload_data());
-        let name = out.name_data();
-        let mut sa = uringkit_core::op::SockAddr::default();
-        let n = name
-            .len()
-            .min(std::mem::size_of::<libc::sockaddr_storage>());
-        // SAFETY: sockaddr_storage is plain bytes of at least n; copying n of them from
-        // the name field fills the address the kernel wrote there.
-        unsafe {
-            std::ptr::copy_nonoverlapping(name.as_ptr(), &mut sa.storage as *mut _ as *mut u8, n);
-        }
-        sa.len = n as libc::socklen_t;
-        let addr = if n == 0 {
-            None
-        } else {
-            crate::convert::sockaddr_to_py(py, &sa)?
-        };
-        r.recycle(bid)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok((payload, addr))
+        self.consume(completion, |s| {
+            // SAFETY: msghdr is plain old data; only the two lengths matter to the parser.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_namelen = uringkit_core::op::net::RECVMSG_NAME_LEN as libc::socklen_t;
+            let out = io_uring::types::RecvMsgOut::parse(s, &hdr).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "completion res {} is shorter than a recvmsg header: not a multishot \
+                     recvmsg's message",
+                    s.len()
+                ))
+            })?;
+            let payload = pyo3::types::PyBytes::new(py, out.payload_data());
+            let name = out.name_data();
+            let mut sa = uringkit_core::op::SockAddr::default();
+            let n = name
+                .len()
+                .min(std::mem::size_of::<libc::sockaddr_storage>());
+            // SAFETY: sockaddr_storage is plain bytes of at least n; copying n of them
+            // from the name field fills the address the kernel wrote there.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    name.as_ptr(),
+                    &mut sa.storage as *mut _ as *mut u8,
+                    n,
+                );
+            }
+            sa.len = n as libc::socklen_t;
+            let addr = if n == 0 {
+                None
+            } else {
+                crate::convert::sockaddr_to_py(py, &sa)?
+            };
+            Ok((payload, addr))
+        })
     }
 
     /// Return buffer `buffer_id` to the kernel. Returns False if it was already there.

@@ -141,3 +141,63 @@ def test_multishot_read_from_a_pipe(ring: Ring, pipe: tuple[int, int]) -> None:
     assert c.res == 0 and not c.more  # end of file ends it
     with pytest.raises(ValueError, match="multishot=True reads into provided buffers"):
         ring.read(r, bytearray(4), multishot=True)
+
+
+def test_multishot_recvmsg_messages_addresses_and_enobufs(ring: Ring) -> None:
+    """recvmsg(multishot=True, buffer_ring=): one completion per datagram; take_msg
+    gives (payload, sender) and recycles; a payload longer than the buffer's room is
+    truncated; ENOBUFS ends the multishot when every buffer is taken, nothing lost."""
+    need_ops("recvmsg", "provide_buffers")
+    br = ring.buffer_ring(3, 8, 144 + 512)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    v = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with u, v:
+        u.bind(("127.0.0.1", 0))
+        v.bind(("127.0.0.1", 0))
+        ring.recvmsg(u, multishot=True, buffer_ring=br, user_data=9)
+        ring.submit()
+        msgs = [b"a", b"b" * 100, b"c" * 512, b"d" * 900]
+        for m in msgs:
+            v.sendto(m, u.getsockname())
+        got = []
+        while len(got) < 4:
+            for c in ring.wait(1, 5.0):
+                assert c.user_data == 9 and c.res > 0 and c.more
+                got.append(br.take_msg(c))
+        assert got == [(m[:512], v.getsockname()) for m in msgs]  # the last one cut
+        assert br.available == 8
+        # more datagrams than buffers, none taken: ENOBUFS ends the multishot
+        for i in range(12):
+            v.sendto(b"%d" % i, u.getsockname())
+        done = []
+        while not done or done[-1].more:
+            done += ring.wait(1, 5.0)
+        assert done[-1].res == -errno.ENOBUFS and "no provided buffer" in (done[-1].message or "")
+        first = [br.take_msg(c)[0] for c in done[:-1]]
+        ring.recvmsg(u, multishot=True, buffer_ring=br, user_data=10)  # re-armed
+        ring.submit()
+        rest: list[bytes] = []
+        while len(first) + len(rest) < 12:
+            rest += [br.take_msg(c)[0] for c in ring.wait(1, 5.0) if c.res > 0]
+        assert first + rest == [b"%d" % i for i in range(12)]
+        ring.cancel(10)
+        ring.wait(2, 5.0)
+
+
+def test_recvmsg_buffer_ring_errors(ring: Ring) -> None:
+    need_ops("recvmsg", "provide_buffers")
+    small = ring.buffer_ring(4, 2, 100)
+    big = ring.buffer_ring(5, 2, 4096)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        with pytest.raises(ValueError, match="larger than 144 bytes"):
+            ring.recvmsg(u, multishot=True, buffer_ring=small, user_data=1)
+        with pytest.raises(ValueError, match="multishot only"):
+            ring.recvmsg(u, buffer_ring=big, user_data=1)
+        with pytest.raises(ValueError, match="needs buffer_ring"):
+            ring.recvmsg(u, [bytearray(10)], multishot=True, user_data=1)
+        with pytest.raises(ValueError, match="needs buffers"):
+            ring.recvmsg(u, user_data=1)
+        ring.nop(user_data=2)
+        (c,) = ring.wait(1)
+        with pytest.raises(ValueError, match="carries no buffer"):
+            big.take_msg(c)

@@ -91,13 +91,23 @@ def _try_now(b: RingBackend, sock: socket.socket) -> bool:
     return t is None or t == 0  # (one with a timeout would wait in recv for it)
 
 
-def _missed(b: RingBackend, sock: socket.socket, hit: bool) -> None:
+_MISSED: Any = object()
+
+
+def _now(b: RingBackend, sock: socket.socket, call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)` — a non-blocking receive on `sock` — if `_try_now` says to try:
+    its result, or `_MISSED` (not tried, or nothing was waiting: go to the ring)."""
+    if not _try_now(b, sock):
+        return _MISSED
     fd = sock.fileno()
-    if hit:
-        if fd in b.recv_misses:
-            del b.recv_misses[fd]
-    else:
+    try:
+        got = call(*args)
+    except (BlockingIOError, InterruptedError):
         b.recv_misses[fd] = b.recv_misses.get(fd, 0) + 1
+        return _MISSED
+    if fd in b.recv_misses:
+        del b.recv_misses[fd]
+    return got
 
 
 async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
@@ -107,14 +117,10 @@ async def sock_recv(sock: socket.socket, nbytes: int) -> bytes:
     b = _ring()
     if b is None:
         return await _loop_ready(sock).sock_recv(sock, nbytes)
-    if nbytes and _try_now(b, sock):
-        try:
-            data = sock.recv(nbytes, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            _missed(b, sock, False)
-        else:
-            _missed(b, sock, True)
-            return data
+    if nbytes:
+        data = _now(b, sock, sock.recv, nbytes, _DONTWAIT)
+        if data is not _MISSED:
+            return data  # type: ignore[no-any-return]
     # Receive buffers are reused (per loop, per size): a fresh bytearray would be
     # zero-filled on every call — 64 KiB of memset for a 4 KiB message.
     pool = _pools.setdefault(b, {}).setdefault(nbytes, []) if nbytes <= _POOLED else None
@@ -136,14 +142,10 @@ async def sock_recv_into(sock: socket.socket, buf: Any) -> int:
     b = _ring()
     if b is None:
         return await _loop_ready(sock).sock_recv_into(sock, mv)
-    if len(mv) and _try_now(b, sock):
-        try:
-            n = sock.recv_into(mv, 0, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            _missed(b, sock, False)
-        else:
-            _missed(b, sock, True)
-            return n
+    if len(mv):
+        n = _now(b, sock, sock.recv_into, mv, 0, _DONTWAIT)
+        if n is not _MISSED:
+            return n  # type: ignore[no-any-return]
     fd = sock.fileno()
     return await _io(b, lambda ud: b.ring.recv(fd, mv, user_data=ud), "recv")
 
@@ -229,14 +231,9 @@ async def sock_recvfrom(sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
     b = _ring()
     if b is None:
         return await _loop_ready(sock).sock_recvfrom(sock, bufsize)
-    if _try_now(b, sock):
-        try:
-            got = sock.recvfrom(bufsize, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            _missed(b, sock, False)
-        else:
-            _missed(b, sock, True)
-            return got
+    got = _now(b, sock, sock.recvfrom, bufsize, _DONTWAIT)
+    if got is not _MISSED:
+        return got  # type: ignore[no-any-return]
     buf = bytearray(bufsize)
     fd = sock.fileno()
     c = await _msg(b, lambda ud: b.ring.recvmsg(fd, [buf], user_data=ud), "recvfrom")
@@ -258,14 +255,9 @@ async def sock_recvfrom_into(sock: socket.socket, buf: Any, nbytes: int = 0) -> 
     b = _ring()
     if b is None:
         return await _loop_ready(sock).sock_recvfrom_into(sock, mv, nbytes)
-    if _try_now(b, sock):
-        try:
-            got = sock.recvfrom_into(mv, nbytes, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            _missed(b, sock, False)
-        else:
-            _missed(b, sock, True)
-            return got
+    got = _now(b, sock, sock.recvfrom_into, mv, nbytes, _DONTWAIT)
+    if got is not _MISSED:
+        return got  # type: ignore[no-any-return]
     fd = sock.fileno()
     part = mv[:nbytes]
     c = await _msg(b, lambda ud: b.ring.recvmsg(fd, [part], user_data=ud), "recvfrom")
