@@ -82,22 +82,29 @@ def _stat_result(d: dict[str, Any]) -> _os.stat_result:
         int(d["st_mtime"]),
         int(d["st_ctime"]),
     )
-    extra = {
-        k: d[k]
-        for k in (
-            "st_atime",
-            "st_mtime",
-            "st_ctime",
-            "st_atime_ns",
-            "st_mtime_ns",
-            "st_ctime_ns",
-            "st_blksize",
-            "st_blocks",
-            "st_rdev",
-            "st_birthtime",
-        )
-    }
+    extra = {k: d[k] for k in _STAT_EXTRA if k in d}
     return _os.stat_result(seq, extra)
+
+
+# The named fields past the sequence that this Python's stat_result has (st_birthtime
+# only where os.stat gives it: not on Linux; Python 3.13 refuses names it lacks, where
+# 3.11 dropped them).
+_STAT_EXTRA = tuple(
+    k
+    for k in (
+        "st_atime",
+        "st_mtime",
+        "st_ctime",
+        "st_atime_ns",
+        "st_mtime_ns",
+        "st_ctime_ns",
+        "st_blksize",
+        "st_blocks",
+        "st_rdev",
+        "st_birthtime",
+    )
+    if hasattr(_os.stat_result, k)
+)
 
 
 async def stat(
