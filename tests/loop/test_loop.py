@@ -331,19 +331,30 @@ def _io_uring_fds() -> int:
     return n
 
 
-@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("shared", [True, False, "plain"])
 def test_uringkit_aio_shares_the_loops_ring(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, shared: bool
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, shared: bool | str
 ) -> None:
     """On uringkit.loop, uringkit.aio's files and sockets go through the loop's own
     ring (one io_uring for the loop, no eventfd): file reads, socket echoes on
     transports and aio.sock_*, cancellation and timers together, every result exact.
-    `URINGKIT_AIO_SHARED_RING=0`: a ring of its own, as on any other loop."""
+    `URINGKIT_AIO_SHARED_RING=0`: a ring of its own, as on any other loop. "plain": the
+    loop's ring set up as on kernels before 6.1 (no SINGLE_ISSUER/DEFER_TASKRUN: a
+    ring any thread may submit to), shared the same way."""
     if not PROBED:
         pytest.skip("io_uring unavailable")
     import uringkit.loop
-    from uringkit import aio
+    from uringkit import Ring, aio
     from uringkit.aio import _backend
+
+    if shared == "plain":
+
+        def plain_ring(self: Any) -> tuple[Any, bool]:
+            self.single_issuer = False
+            return Ring(self._entries), True
+
+        monkeypatch.setattr(uringkit.loop.UringSelector, "_new_ring", plain_ring)
+        shared = True
 
     monkeypatch.setenv("URINGKIT_ENGINE", "io_uring")
     monkeypatch.setattr(_backend, "SHARED_RING", shared)
