@@ -258,6 +258,55 @@ impl BufferRing {
         self.consume(completion, |s| Ok(pyo3::types::PyBytes::new(py, s)))
     }
 
+    /// The data of several completions, in order, as one bytes (one copy), each buffer
+    /// given back to the kernel: what `b"".join(take(c) for c in completions)` gives,
+    /// without the intermediate copies — a stream receive's chunks of one loop iteration
+    /// handed over at once. Every completion must carry a buffer of this ring.
+    fn take_all<'py>(
+        &self,
+        py: Python<'py>,
+        completions: Vec<Bound<'py, crate::completion::Completion>>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let mut r = self.inner.lock().expect("buffer ring lock");
+        let mut parts: Vec<(u16, usize)> = Vec::with_capacity(completions.len());
+        let mut total = 0usize;
+        for completion in &completions {
+            let c = completion.get();
+            let Some(bid) = c.buffer_id else {
+                return Err(PyValueError::new_err(
+                    "a completion carries no buffer (no IORING_CQE_F_BUFFER): it failed or \
+                     did not use buffer selection",
+                ));
+            };
+            if bid >= r.count || c.res < 0 {
+                return Err(PyValueError::new_err(format!(
+                    "buffer_id {bid} out of range, or a failed completion (res {})",
+                    c.res
+                )));
+            }
+            let len = (c.res as usize).min(r.size);
+            parts.push((bid, len));
+            total += len;
+        }
+        let out = pyo3::types::PyBytes::new_with(py, total, |dst| {
+            let mut at = 0;
+            for &(bid, len) in &parts {
+                // SAFETY: as in consume(): buffer `bid` lies in the ring's mapping, kept
+                // alive by the lock `r`; the kernel wrote `len` bytes there and leaves it
+                // alone until it is recycled below.
+                let src = unsafe { std::slice::from_raw_parts(r.buf_ptr(bid) as *const u8, len) };
+                dst[at..at + len].copy_from_slice(src);
+                at += len;
+            }
+            Ok(())
+        })?;
+        for &(bid, _) in &parts {
+            r.recycle(bid)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        }
+        Ok(out)
+    }
+
     /// A multishot recvmsg completion's message as `(payload, address)` (a copy; the
     /// address as the socket module gives it), its buffer given back to the kernel in
     /// the same call. A payload longer than the buffer had room for is truncated.

@@ -102,6 +102,9 @@ class UringSelector(selectors.BaseSelector):
         # the completions select() reaped for them, run by the loop after it
         self._ops: dict[int, Callable[[Completion], None]] = {}
         self.completed: list[tuple[Callable[[Completion], None], Completion]] = []
+        # ring transports with receive completions to hand over once the iteration's
+        # completions have all run (RingSocketTransport.flush_received)
+        self.received: list[Any] = []
         self._recv_br: BufferRing | None = None
         self._dgram_br: BufferRing | None = None
         self._recv_gid = 0
@@ -528,6 +531,19 @@ class UringEventLoop(asyncio.SelectorEventLoop):
                             "exception": exc,
                         }
                     )
+            while sel.received:
+                received, sel.received = sel.received, []
+                for i, t in enumerate(received):
+                    try:
+                        t.flush_received()
+                    except (SystemExit, KeyboardInterrupt):
+                        sel.received[:0] = received[i + 1 :]  # (on the next iteration)
+                        self._ready.append(self._completions_handle)  # type: ignore[attr-defined]
+                        raise
+                    except BaseException as exc:
+                        self.call_exception_handler(
+                            {"message": f"Exception delivering to {t!r}", "exception": exc}
+                        )
         if sel.aio_done or sel.woken:
             # uringkit.aio's: futures resolved (the tasks awaiting them resume here, as
             # they would in its eventfd reader on another loop)

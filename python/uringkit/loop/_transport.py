@@ -114,6 +114,10 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
         self._recv_ud = 0
         self._br: BufferRing | None = None
         self._held: collections.deque[bytes | None] = collections.deque()  # None: EOF
+        # this iteration's receive completions, handed over as one bytes at its end
+        # (`flush_received`): a 64 KiB message is four 16 KiB buffers, one data_received
+        self._pending: list[Completion] = []
+        self._chunk = 0  # the size of a provided buffer (a full one: more may follow)
         self._eof_seen = False
         # sending: the SEND in flight (user_data, its bytes), what waits behind it
         self._send_ud = 0
@@ -174,6 +178,7 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
             return
         self._recv_ud = ud
         self._br = br  # (the buffers this receive's completions name)
+        self._chunk = br.size
 
     def _stop_reading(self) -> None:
         if self._recv_ud:
@@ -216,16 +221,31 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
         if ended and self._recv_ud == c.user_data:
             self._recv_ud = 0
         if res > 0:
-            data = self._br.take(c)  # type: ignore[union-attr]  # (set with _recv_ud)
+            br: Any = self._br  # (set with _recv_ud)
             if self._conn_lost:
-                return
-            if self._paused or self._held:
-                self._held.append(data)
+                br.take(c)  # (the buffer goes back)
+            elif res < self._chunk and not self._pending:
+                # a buffer not filled: what the socket had — the common small read,
+                # handed over at once
+                data = br.take(c)
+                if self._paused or self._held:
+                    self._held.append(data)
+                else:
+                    self._deliver(data)
             else:
-                self._deliver(data)
-            if ended:
+                # a full buffer: more of the burst is likely in this iteration's other
+                # completions — gathered, handed over as one bytes when a partly filled
+                # buffer ends the burst or the iteration's completions are all in
+                if not self._pending:
+                    self._sel.received.append(self)
+                self._pending.append(c)
+                if res < self._chunk:
+                    self.flush_received()
+            if ended and not self._conn_lost:
                 self._start_reading()  # (the kernel ended the multishot: re-arm)
             return
+        if self._pending:
+            self.flush_received()  # (the data before the EOF or error)
         if self._conn_lost:
             return
         if res == 0:
@@ -243,6 +263,21 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
                 self._start_reading()  # (resumed before the cancel landed: re-arm)
         else:
             self._fatal_error(_os_error(res), "Fatal read error on socket transport")
+
+    def flush_received(self) -> None:
+        """Hand over what this iteration's receive completions brought, as one bytes
+        (the loop calls it once all of the iteration's completions are in)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        data = self._br.take_all(pending)  # type: ignore[union-attr]  # (set with them)
+        if self._conn_lost:
+            return
+        if self._paused or self._held:
+            self._held.append(data)
+        else:
+            self._deliver(data)
 
     def _deliver(self, data: bytes) -> None:
         if self._buffered:
@@ -468,6 +503,9 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
             self._closing = True
         self._stop_reading()
         self._held.clear()
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._br.take_all(pending)  # type: ignore[union-attr]  # (buffers go back)
         self._conn_lost += 1
         self._loop.call_soon(self._call_connection_lost, exc)
 
@@ -496,6 +534,7 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
         had in flight on the old one cannot be followed any more."""
         self._recv_ud = 0
         self._send_ud = 0
+        self._pending = []  # (the old ring's buffers)
         self._fatal_error(
             ConnectionAbortedError(
                 errno.ECONNABORTED,
