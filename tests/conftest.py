@@ -64,6 +64,19 @@ def run_on_loop(kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
+@contextlib.contextmanager
+def udp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """`with udp_pair() as (a, b):` two UDP sockets bound on 127.0.0.1, non-blocking
+    (loop.sock_* require it), closed on the way out."""
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with a, b:
+        for s in (a, b):
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+        yield a, b
+
+
 @contextlib.asynccontextmanager
 async def connected_pair(
     io: Any,

@@ -12,7 +12,7 @@ import pytest
 
 from uringkit import aio
 
-from conftest import connected_pair
+from conftest import connected_pair, udp_pair
 
 Run = Callable[[Callable[[], Awaitable[Any]]], Any]
 
@@ -181,13 +181,7 @@ def test_datagrams_recvfrom_and_sendto(run: Run, tmp_path: Any) -> None:
     socket module names them (a path as str, unnamed as None)."""
 
     async def main() -> None:
-        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        with a, b:
-            a.bind(("127.0.0.1", 0))
-            b.bind(("127.0.0.1", 0))
-            a.setblocking(False)
-            b.setblocking(False)
+        with udp_pair() as (a, b):
             port = a.getsockname()[1]
             try:
                 assert await aio.sock_sendto(b, b"by name", ("localhost", port)) == 7

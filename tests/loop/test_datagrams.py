@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from .conftest import Run
+from conftest import udp_pair
 
 
 class Recorder(asyncio.DatagramProtocol):
@@ -56,6 +57,26 @@ class Echo(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self.transport.sendto(data, addr)
+
+
+async def recorder(sock: socket.socket | None = None) -> tuple[Any, Recorder, Any]:
+    """A Recorder endpoint on `sock` (or a new UDP socket on 127.0.0.1) that has
+    started reading: (transport, protocol, its address)."""
+    loop = asyncio.get_running_loop()
+    if sock is None:
+        t, p = await loop.create_datagram_endpoint(Recorder, local_addr=("127.0.0.1", 0))
+    else:
+        t, p = await loop.create_datagram_endpoint(Recorder, sock=sock)
+    await asyncio.sleep(0)  # (connection_made has run, reading has started)
+    return t, p, t.get_extra_info("sockname")
+
+
+def _big_rcvbuf_udp() -> socket.socket:
+    """A UDP socket on 127.0.0.1 whose receive buffer holds a burst (1 MiB)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def test_udp_echo_with_sender_addresses(run: Run) -> None:
@@ -112,10 +133,7 @@ def test_connected_endpoint_addresses_and_icmp_errors(run: Run) -> None:
 
 def test_pause_reading_holds_datagrams_until_resumed(run: Run) -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        rt, rp = await loop.create_datagram_endpoint(Recorder, local_addr=("127.0.0.1", 0))
-        addr = rt.get_extra_info("sockname")
-        await asyncio.sleep(0)  # (reading has started)
+        rt, rp, addr = await recorder()
         if not hasattr(rt, "pause_reading"):
             rt.close()
             pytest.skip("this loop's datagram transport cannot pause reading")
@@ -137,11 +155,8 @@ def test_pause_reading_holds_datagrams_until_resumed(run: Run) -> None:
 
 def test_close_and_abort_end_the_endpoint_once(run: Run) -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         for end in ("close", "abort"):
-            t, p = await loop.create_datagram_endpoint(Recorder, local_addr=("127.0.0.1", 0))
-            addr = t.get_extra_info("sockname")
-            await asyncio.sleep(0)
+            t, p, addr = await recorder()
             getattr(t, end)()
             assert t.is_closing()
             getattr(t, end)()  # (twice: nothing more happens)
@@ -157,13 +172,7 @@ def test_close_and_abort_end_the_endpoint_once(run: Run) -> None:
 
 def test_burst_of_datagrams_all_delivered(run: Run) -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.bind(("127.0.0.1", 0))
-        rt, rp = await loop.create_datagram_endpoint(Recorder, sock=sock)
-        addr = rt.get_extra_info("sockname")
-        await asyncio.sleep(0)
+        rt, rp, addr = await recorder(_big_rcvbuf_udp())
         n = 100
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for i in range(n):
@@ -213,13 +222,7 @@ def test_loop_sock_recvfrom_and_sendto(run: Run) -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        with a, b:
-            a.bind(("127.0.0.1", 0))
-            b.bind(("127.0.0.1", 0))
-            a.setblocking(False)
-            b.setblocking(False)
+        with udp_pair() as (a, b):
             try:
                 n = await loop.sock_sendto(b, b"hello", a.getsockname())
             except NotImplementedError:
@@ -257,13 +260,7 @@ def test_burst_beyond_the_shared_buffers(run: Run, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(uringkit.loop, "DATAGRAM_BUFFERS", 2)
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.bind(("127.0.0.1", 0))
-        rt, rp = await loop.create_datagram_endpoint(Recorder, sock=sock)
-        addr = rt.get_extra_info("sockname")
-        await asyncio.sleep(0)
+        rt, rp, addr = await recorder(_big_rcvbuf_udp())
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for rnd in range(3):
                 for i in range(40):
