@@ -614,3 +614,52 @@ def test_truncate_goes_through_the_ring(tmp_path: Path, run: Any, engine: str) -
     assert size == 10
     if engine == "io_uring" and "ftruncate" in Ring.probe():
         assert submits >= 1
+
+
+def test_loop_moved_to_another_thread_with_io_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop whose uringkit.aio ring (SINGLE_ISSUER: only its thread may submit) was
+    made in one thread, then run from another with a read in flight: the read's awaiter
+    gets a RuntimeError saying why instead of waiting forever, and new I/O goes through
+    a new ring made for the new thread. (uvloop's loop cannot be hooked: there the ring
+    follows at the next flush, so a read in flight before the move waits until then.)"""
+    import threading
+    import warnings
+
+    fd, loop = _fifo_and_ring_loop(tmp_path, monkeypatch)
+    (tmp_path / "f").write_bytes(b"hello world")
+
+    async def start() -> asyncio.Task[Any]:
+        g = await aio.open(fd, "rb", closefd=False)
+        t = asyncio.ensure_future(g.read(4))
+        await asyncio.sleep(0.05)
+        return t
+
+    stuck = loop.run_until_complete(start())
+    b = _backends_of(loop)
+    if not isinstance(b, RingBackend) or not b.single_issuer:
+        loop.close()
+        os.close(fd)
+        pytest.skip("the ring has no single issuer on this kernel")
+    out: list[Any] = []
+
+    async def after() -> None:
+        try:
+            await asyncio.wait_for(stuck, 5)
+        except RuntimeError as e:
+            out.append(str(e))
+        async with aio.open(tmp_path / "f", "rb") as f:
+            out.append(await f.read())
+
+    th = threading.Thread(target=loop.run_until_complete, args=(after(),))
+    with warnings.catch_warnings():
+        # (the old ring, closed from a thread not its issuer, leaves the read to the
+        # kernel and says so: the documented behaviour, not this test's)
+        warnings.simplefilter("ignore", ResourceWarning)
+        th.start()
+        th.join(10)
+        loop.close()
+    os.close(fd)
+    assert len(out) == 2 and "moved to another thread" in out[0]
+    assert out[1] == b"hello world"

@@ -24,6 +24,7 @@ import contextvars
 import errno
 import functools
 import os
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -387,22 +388,42 @@ class RingBackend:
             # (flush_pending stays set) and no eventfd.
             self.ring = ring
             self.single_issuer: bool = getattr(sel, "single_issuer", False)
+            self.thread = threading.get_ident()  # (the loop's selector follows threads)
             self.next_ud = SHARED_UD
             self.flush_pending = True
             return
+        self.entries = entries
+        self.ring, self.single_issuer = self._own_ring()
+        self.thread = threading.get_ident()  # (the ring's issuer, if single_issuer)
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.ring.register_eventfd(self.efd)
+        loop.add_reader(self.efd, self._on_ready)
+
+    def _own_ring(self) -> tuple[Ring, bool]:
         try:
             # Completions wait as deferred task work until the loop reaps them (the
             # eventfd still fires when they arrive) instead of interrupting whatever the
             # loop thread runs: +12-17 % O_DIRECT reads/s with 64 in flight. Only this
             # thread may then submit or reap, which is how a loop's ring is used anyway.
-            self.ring = Ring(entries, single_issuer=True, defer_taskrun=True)
-            self.single_issuer = True
+            return Ring(self.entries, single_issuer=True, defer_taskrun=True), True
         except OSError:  # kernels before 6.1
-            self.ring = Ring(entries)
-            self.single_issuer = False
-        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            return Ring(self.entries), False
+
+    def _follow_thread(self) -> None:
+        """The loop now runs in another thread than the one its ring was made for (a
+        SINGLE_ISSUER ring refuses every other thread): a new ring here, and what was
+        queued or in flight on the old one fails with a RuntimeError saying why —
+        nobody could submit or reap it any more."""
+        old = self.ring
+        self.ring, self.single_issuer = self._own_ring()
+        self.thread = threading.get_ident()
         self.ring.register_eventfd(self.efd)
-        loop.add_reader(self.efd, self._on_ready)
+        self.ring_moved(self.ring)
+        self.unsubmitted = 0
+        # (closing it from here is refused for its ops: the kernel cancels them, and
+        # their memory is kept — a ResourceWarning says so)
+        with contextlib.suppress(OSError):
+            old.close()
 
     # ----- plumbing ----------------------------------------------------------------------
 
@@ -410,6 +431,9 @@ class RingBackend:
         self.flush_pending = self.shared
         self.unsubmitted = 0
         if not self.closed:
+            if self.single_issuer and not self.shared and threading.get_ident() != self.thread:
+                self._follow_thread()
+                return
             self.ring.submit()
             if not self.shared and self.ring.cq_ready:
                 # Ops that completed inline (cached opens, stats, closes…): reap them now
@@ -421,6 +445,9 @@ class RingBackend:
     def _on_ready(self) -> None:
         with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self.efd)
+        if self.single_issuer and threading.get_ident() != self.thread:
+            self._follow_thread()
+            return
         self._reap()
 
     def _reap(self) -> None:
@@ -900,7 +927,25 @@ def _hook_close(loop: asyncio.AbstractEventLoop, b: RingBackend | LibaioBackend)
         _forget(loop)
         orig()
 
-    # uvloop's Loop has no __dict__: there the finalizer below does the job.
+    run = loop.run_forever
+
+    def run_forever() -> None:
+        # run from another thread than its SINGLE_ISSUER ring's: a ring for this one
+        # first (what the old one had in flight fails, saying why, instead of hanging)
+        if (
+            isinstance(b, RingBackend)
+            and b.single_issuer
+            and not b.shared
+            and not b.closed
+            and threading.get_ident() != b.thread
+        ):
+            b._follow_thread()
+        run()
+
+    # uvloop's Loop has no __dict__: there the finalizer below does the job (and a loop
+    # moved to another thread follows with its next flush — what was in flight before
+    # the move waits until then).
     with contextlib.suppress(AttributeError):
         loop.close = close  # type: ignore[method-assign]
+        loop.run_forever = run_forever  # type: ignore[method-assign]
     weakref.finalize(loop, b.shutdown)
