@@ -122,6 +122,38 @@ def _multishot_recv() -> tuple[bool, str]:
         b.close()
 
 
+def _multishot_recvmsg() -> tuple[bool, str]:
+    """A multishot RECVMSG into provided buffers (uringkit.loop's UDP endpoints): two
+    datagrams on one armed receive, each with its sender's address."""
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        with Ring(4) as r:
+            br = r.buffer_ring(0, 4, 256)
+            r.recvmsg(a, multishot=True, buffer_ring=br, user_data=1)
+            r.submit()
+            b.sendto(b"x", a.getsockname())
+            b.sendto(b"y", a.getsockname())
+            got = []
+            for _ in range(4):
+                got += r.wait(1, timeout=1)
+                if len(got) >= 2 or (got and not got[-1].more):
+                    break
+            if got and got[0].res == -errno.EINVAL:
+                return False, "EINVAL: multishot recvmsg unsupported"
+            msgs = [br.take_msg(c) for c in got if c.ok and c.more]
+            if msgs == [(b"x", b.getsockname()), (b"y", b.getsockname())]:
+                return True, "two datagrams on one receive, senders named"
+            return False, f"unexpected: {got}"
+    except OSError as e:
+        return False, str(e)
+    finally:
+        a.close()
+        b.close()
+
+
 def _buffer_ring() -> tuple[bool, str]:
     try:
         with Ring(4) as r:
@@ -325,6 +357,8 @@ def gather(directory: str = ".") -> Report:
         f.append(Check("multishot accept", ok, msg, "5.19"))
         ok, msg = _multishot_recv()
         f.append(Check("multishot recv", ok, msg, "6.0"))
+        ok, msg = _multishot_recvmsg()
+        f.append(Check("multishot recvmsg", ok, msg, "6.0"))
         f.append(Check("send_zc", "send_zc" in probe, "probe", "6.0"))
         ok, msg = _restricted_ring()
         f.append(Check("restricted rings (R_DISABLED)", ok, msg, "5.10"))
