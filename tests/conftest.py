@@ -64,6 +64,37 @@ def run_on_loop(kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
+def resumed_in_another_thread(
+    loop: asyncio.AbstractEventLoop, stuck: asyncio.Task[Any], path: Path
+) -> list[Any]:
+    """Run `loop` — whose uringkit.aio ring has `stuck` (a read) in flight — from a new
+    thread: what awaiting `stuck` raises (the RuntimeError's text) and then what reading
+    `path` through uringkit.aio gives, in a list; the loop is closed after. The old
+    ring, closed from a thread not its issuer, leaves the read to the kernel and says so
+    (a ResourceWarning): the documented behaviour, ignored here."""
+    import threading
+
+    from uringkit import aio
+
+    out: list[Any] = []
+
+    async def after() -> None:
+        try:
+            await asyncio.wait_for(stuck, 5)
+        except RuntimeError as e:
+            out.append(str(e))
+        async with aio.open(path, "rb") as f:
+            out.append(await f.read())
+
+    th = threading.Thread(target=loop.run_until_complete, args=(after(),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        th.start()
+        th.join(10)
+        loop.close()
+    return out
+
+
 @contextlib.contextmanager
 def udp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     """`with udp_pair() as (a, b):` two UDP sockets bound on 127.0.0.1, non-blocking

@@ -16,7 +16,7 @@ import pytest
 from uringkit import aio
 from uringkit.aio._backend import RingBackend, get_backend
 
-from conftest import PROBED, direct_file
+from conftest import PROBED, direct_file, resumed_in_another_thread
 
 
 def nfds() -> int:
@@ -624,8 +624,6 @@ def test_loop_moved_to_another_thread_with_io_in_flight(
     gets a RuntimeError saying why instead of waiting forever, and new I/O goes through
     a new ring made for the new thread. (uvloop's loop cannot be hooked: there the ring
     follows at the next flush, so a read in flight before the move waits until then.)"""
-    import threading
-    import warnings
 
     fd, loop = _fifo_and_ring_loop(tmp_path, monkeypatch)
     (tmp_path / "f").write_bytes(b"hello world")
@@ -642,24 +640,7 @@ def test_loop_moved_to_another_thread_with_io_in_flight(
         loop.close()
         os.close(fd)
         pytest.skip("the ring has no single issuer on this kernel")
-    out: list[Any] = []
-
-    async def after() -> None:
-        try:
-            await asyncio.wait_for(stuck, 5)
-        except RuntimeError as e:
-            out.append(str(e))
-        async with aio.open(tmp_path / "f", "rb") as f:
-            out.append(await f.read())
-
-    th = threading.Thread(target=loop.run_until_complete, args=(after(),))
-    with warnings.catch_warnings():
-        # (the old ring, closed from a thread not its issuer, leaves the read to the
-        # kernel and says so: the documented behaviour, not this test's)
-        warnings.simplefilter("ignore", ResourceWarning)
-        th.start()
-        th.join(10)
-        loop.close()
+    out = resumed_in_another_thread(loop, stuck, tmp_path / "f")
     os.close(fd)
     assert len(out) == 2 and "moved to another thread" in out[0]
     assert out[1] == b"hello world"

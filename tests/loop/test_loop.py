@@ -12,13 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from typing import Any
 
 import pytest
 
 from .conftest import Run
-from conftest import PROBED, connected_pair
+from conftest import PROBED, connected_pair, resumed_in_another_thread
 
 
 def test_streams_echo_large_and_small(run: Run) -> None:
@@ -458,24 +457,7 @@ def test_shared_ring_io_in_flight_when_the_loop_moves_threads(tmp_path: Any) -> 
         return t
 
     stuck = loop.run_until_complete(start())
-    out: list[Any] = []
-
-    async def after() -> Any:
-        try:
-            await stuck
-        except RuntimeError as e:
-            out.append(str(e))
-        async with aio.open(tmp_path / "f", "rb") as f:
-            out.append(await f.read())
-
-    th = threading.Thread(target=loop.run_until_complete, args=(after(),))
-    with warnings.catch_warnings():
-        # (the old ring, closed from a thread not its issuer, warns that it leaves its
-        # in-flight read to the kernel: the documented behaviour, not this test's)
-        warnings.simplefilter("ignore", ResourceWarning)
-        th.start()
-        th.join(10)
-        loop.close()
+    out = resumed_in_another_thread(loop, stuck, tmp_path / "f")
     os.close(fd)
     assert len(out) == 2 and "moved to another thread" in out[0]
     assert out[1] == b"hello world"
