@@ -64,6 +64,17 @@ def run_on_loop(kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
+async def read_in_flight(fd: int) -> asyncio.Task[bytes]:
+    """A 4-byte uringkit.aio read of `fd` — a FIFO nobody writes to — started on the
+    running loop and left in flight on its ring."""
+    from uringkit import aio
+
+    f = await aio.open(fd, "rb", closefd=False)
+    t = asyncio.ensure_future(f.read(4))
+    await asyncio.sleep(0.05)
+    return t
+
+
 def resumed_in_another_thread(
     loop: asyncio.AbstractEventLoop, stuck: asyncio.Task[Any], path: Path
 ) -> list[Any]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -102,56 +104,59 @@ def _multishot_accept() -> tuple[bool, str]:
         srv.close()
 
 
+def _oserror_says_no(probe: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
+    """A probe whose OSError means "not here": (False, its message)."""
+
+    @functools.wraps(probe)
+    def run() -> tuple[bool, str]:
+        try:
+            return probe()
+        except OSError as e:
+            return False, str(e)
+
+    return run
+
+
+@_oserror_says_no
 def _multishot_recv() -> tuple[bool, str]:
     a, b = socket.socketpair()
-    try:
-        with Ring(4) as r:
-            br = r.buffer_ring(0, 2, 64)
-            r.recv(b, multishot=True, buffer_ring=br, user_data=1)
-            a.send(b"x")
-            got = r.wait(1, timeout=1)
-            if got and got[0].res == -errno.EINVAL:
-                return False, "EINVAL: multishot recv unsupported"
-            if got and got[0].ok and got[0].more:
-                return True, "received with F_MORE"
-            return False, f"unexpected: {got}"
-    except OSError as e:
-        return False, str(e)
-    finally:
-        a.close()
-        b.close()
+    with a, b, Ring(4) as r:
+        br = r.buffer_ring(0, 2, 64)
+        r.recv(b, multishot=True, buffer_ring=br, user_data=1)
+        a.send(b"x")
+        got = r.wait(1, timeout=1)
+        if got and got[0].res == -errno.EINVAL:
+            return False, "EINVAL: multishot recv unsupported"
+        if got and got[0].ok and got[0].more:
+            return True, "received with F_MORE"
+        return False, f"unexpected: {got}"
 
 
+@_oserror_says_no
 def _multishot_recvmsg() -> tuple[bool, str]:
     """A multishot RECVMSG into provided buffers (uringkit.loop's UDP endpoints): two
     datagrams on one armed receive, each with its sender's address."""
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
+    with a, b, Ring(4) as r:
         a.bind(("127.0.0.1", 0))
         b.bind(("127.0.0.1", 0))
-        with Ring(4) as r:
-            br = r.buffer_ring(0, 4, 256)
-            r.recvmsg(a, multishot=True, buffer_ring=br, user_data=1)
-            r.submit()
-            b.sendto(b"x", a.getsockname())
-            b.sendto(b"y", a.getsockname())
-            got = []
-            for _ in range(4):
-                got += r.wait(1, timeout=1)
-                if len(got) >= 2 or (got and not got[-1].more):
-                    break
-            if got and got[0].res == -errno.EINVAL:
-                return False, "EINVAL: multishot recvmsg unsupported"
-            msgs = [br.take_msg(c) for c in got if c.ok and c.more]
-            if msgs == [(b"x", b.getsockname()), (b"y", b.getsockname())]:
-                return True, "two datagrams on one receive, senders named"
-            return False, f"unexpected: {got}"
-    except OSError as e:
-        return False, str(e)
-    finally:
-        a.close()
-        b.close()
+        br = r.buffer_ring(0, 4, 256)
+        r.recvmsg(a, multishot=True, buffer_ring=br, user_data=1)
+        r.submit()
+        b.sendto(b"x", a.getsockname())
+        b.sendto(b"y", a.getsockname())
+        got = []
+        for _ in range(4):
+            got += r.wait(1, timeout=1)
+            if len(got) >= 2 or (got and not got[-1].more):
+                break
+        if got and got[0].res == -errno.EINVAL:
+            return False, "EINVAL: multishot recvmsg unsupported"
+        msgs = [br.take_msg(c) for c in got if c.ok and c.more]
+        if msgs == [(b"x", b.getsockname()), (b"y", b.getsockname())]:
+            return True, "two datagrams on one receive, senders named"
+        return False, f"unexpected: {got}"
 
 
 def _buffer_ring() -> tuple[bool, str]:

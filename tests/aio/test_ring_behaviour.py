@@ -16,7 +16,7 @@ import pytest
 from uringkit import aio
 from uringkit.aio._backend import RingBackend, get_backend
 
-from conftest import PROBED, direct_file, resumed_in_another_thread
+from conftest import PROBED, direct_file, read_in_flight, resumed_in_another_thread
 
 
 def nfds() -> int:
@@ -172,13 +172,7 @@ def _fifo_and_ring_loop(
 def test_loop_close_with_io_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fd, loop = _fifo_and_ring_loop(tmp_path, monkeypatch)
 
-    async def start() -> asyncio.Task[Any]:
-        f = await aio.open(fd, "rb", closefd=False)
-        t = asyncio.ensure_future(f.read(4))
-        await asyncio.sleep(0.05)
-        return t
-
-    t = loop.run_until_complete(start())
+    t = loop.run_until_complete(read_in_flight(fd))
     loop.close()  # cancels the read, waits for its completion, frees nothing early
     os.write(fd, b"late")
     assert os.read(fd, 4) == b"late"
@@ -233,12 +227,7 @@ def test_loop_run_in_a_thread_closed_from_another(
 
     fd, loop = _fifo_and_ring_loop(tmp_path, monkeypatch)
 
-    async def start() -> None:
-        f = await aio.open(fd, "rb", closefd=False)
-        asyncio.ensure_future(f.read(4))
-        await asyncio.sleep(0.05)
-
-    th = threading.Thread(target=loop.run_until_complete, args=(start(),))
+    th = threading.Thread(target=loop.run_until_complete, args=(read_in_flight(fd),))
     th.start()
     th.join()
     b = _backends_of(loop)
@@ -628,13 +617,7 @@ def test_loop_moved_to_another_thread_with_io_in_flight(
     fd, loop = _fifo_and_ring_loop(tmp_path, monkeypatch)
     (tmp_path / "f").write_bytes(b"hello world")
 
-    async def start() -> asyncio.Task[Any]:
-        g = await aio.open(fd, "rb", closefd=False)
-        t = asyncio.ensure_future(g.read(4))
-        await asyncio.sleep(0.05)
-        return t
-
-    stuck = loop.run_until_complete(start())
+    stuck = loop.run_until_complete(read_in_flight(fd))
     b = _backends_of(loop)
     if not isinstance(b, RingBackend) or not b.single_issuer:
         loop.close()

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from .conftest import Run
-from conftest import PROBED, connected_pair, resumed_in_another_thread
+from conftest import PROBED, connected_pair, read_in_flight, resumed_in_another_thread
 
 
 def test_streams_echo_large_and_small(run: Run) -> None:
@@ -442,7 +442,6 @@ def test_shared_ring_io_in_flight_when_the_loop_moves_threads(tmp_path: Any) -> 
     if not PROBED:
         pytest.skip("io_uring unavailable")
     import uringkit.loop
-    from uringkit import aio
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -450,13 +449,7 @@ def test_shared_ring_io_in_flight_when_the_loop_moves_threads(tmp_path: Any) -> 
     (tmp_path / "f").write_bytes(b"hello world")
     loop = uringkit.loop.new_event_loop()
 
-    async def start() -> asyncio.Task[bytes]:
-        g = await aio.open(fd, "rb", closefd=False)
-        t = asyncio.ensure_future(g.read(4))
-        await asyncio.sleep(0.02)
-        return t
-
-    stuck = loop.run_until_complete(start())
+    stuck = loop.run_until_complete(read_in_flight(fd))
     out = resumed_in_another_thread(loop, stuck, tmp_path / "f")
     os.close(fd)
     assert len(out) == 2 and "moved to another thread" in out[0]

@@ -292,6 +292,24 @@ class UringSelector(selectors.BaseSelector):
         self._ops[ud] = handler
         return ud
 
+    def start_op(
+        self,
+        handler: Callable[[Completion], None],
+        queue: Callable[..., None],
+        *args: Any,
+        **kw: Any,
+    ) -> int:
+        """Queue one op for `handler` — `queue(*args, user_data=ud, **kw)`, a Ring method —
+        and return its user_data; if queueing raises, the op is forgotten (no handler
+        left waiting for a completion that will never come) and the error goes on."""
+        ud = self.new_op(handler)
+        try:
+            queue(*args, user_data=ud, **kw)
+        except BaseException:
+            self.forget_op(ud)
+            raise
+        return ud
+
     def forget_op(self, ud: int) -> None:
         self._ops.pop(ud, None)
 

@@ -80,27 +80,24 @@ class RingDatagramTransport(_Base):  # type: ignore[misc]
     def _arm(self) -> None:
         if self._recv_ud:
             return
-        if self._multishot:
-            sel = self._sel
-            try:
-                br = sel.datagram_buffers()
-                ud = sel.new_op(self._on_message)
-                sel.ring.recvmsg(self._sock_fd, multishot=True, buffer_ring=br, user_data=ud)
-            except OSError as exc:
-                self._fatal_error(exc, "Fatal read error on datagram transport")
-                return
-            self._recv_ud = ud
-            self._br = br
-            return
-        buf = self._recv_buf
-        if buf is None:
-            buf = self._recv_buf = bytearray(self.max_size)
         sel = self._sel
-        ud = sel.new_op(self._on_recv)
         try:
-            sel.ring.recvmsg(self._sock_fd, [buf], user_data=ud)
+            if self._multishot:
+                br = sel.datagram_buffers()
+                ud = sel.start_op(
+                    self._on_message,
+                    sel.ring.recvmsg,
+                    self._sock_fd,
+                    multishot=True,
+                    buffer_ring=br,
+                )
+                self._br = br
+            else:
+                buf = self._recv_buf
+                if buf is None:
+                    buf = self._recv_buf = bytearray(self.max_size)
+                ud = sel.start_op(self._on_recv, sel.ring.recvmsg, self._sock_fd, [buf])
         except OSError as exc:
-            sel.forget_op(ud)
             self._fatal_error(exc, "Fatal read error on datagram transport")
             return
         self._recv_ud = ud

@@ -171,8 +171,9 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
         sel = self._sel
         try:
             br = sel.recv_buffers()
-            ud = sel.new_op(self._on_recv)
-            sel.ring.recv(self._sock_fd, multishot=True, buffer_ring=br, user_data=ud)
+            ud = sel.start_op(
+                self._on_recv, sel.ring.recv, self._sock_fd, multishot=True, buffer_ring=br
+            )
         except OSError as exc:
             self._fatal_error(exc, "Fatal read error on socket transport")
             return
@@ -383,11 +384,9 @@ class RingSocketTransport(transports._FlowControlMixin, transports.Transport):
         """One SEND on the ring (it goes out with the loop's next io_uring_enter, with
         every other connection's: one system call for all of an iteration's writes)."""
         sel = self._sel
-        ud = sel.new_op(self._on_send)
         try:
-            sel.ring.send(self._sock_fd, chunk, flags=_SEND_FLAGS, user_data=ud)
+            ud = sel.start_op(self._on_send, sel.ring.send, self._sock_fd, chunk, flags=_SEND_FLAGS)
         except OSError as exc:
-            sel.forget_op(ud)
             self._fatal_error(exc, "Fatal write error on socket transport")
             return
         self._send_ud = ud
