@@ -114,9 +114,10 @@ fn key_arg<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
 }
 
 /// A write that may wait for a group commit, run with the GIL released — first
-/// releasing one writer whose commit is done to take the GIL now free
-/// ([`Store::relay_one`]): one thread wakes per write, instead of a whole group waking
-/// and all but one going back to sleep on the GIL.
+/// handing the GIL now free to one writer whose commit is done ([`Store::relay_one`]:
+/// the one woken ahead of its turn, which takes it at once, while the next is woken):
+/// one thread wakes per write, instead of a whole group waking and all but one going
+/// back to sleep on the GIL.
 fn relayed<T: Send>(
     py: Python<'_>,
     s: &Store,

@@ -284,7 +284,9 @@ class DB:
         fdatasynced: what a crash of the machine, not of the process, could lose),
         live_overlay (1 while what changed since INDEX lives in the shared OVERLAY file:
         if this process is killed, the next open replays nothing it covers — see
-        docs/kv-format.md), group_commits."""
+        docs/kv-format.md), group_commits (durable writes + fdatasyncs, each serving a
+        group of writers), relay_primed (durable writes from threads whose GIL hand-off
+        went to a writer woken ahead of its turn: see docs/kv-format.md, "Writing")."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:
