@@ -164,8 +164,13 @@ def test_bad_input(tmp_path: Path) -> None:
         assert len(db) == 0  # nothing half-written by the failures
     with pytest.raises(ValueError, match="durability"):
         kv.open(tmp_path / "db2", durability="maybe")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="no such store"):
         kv.open(tmp_path / "absent", create=False)
+    assert not (tmp_path / "absent").exists()  # nothing created on the way
+    with kv.open(tmp_path / "a" / "b" / "db") as db:  # parents made as needed
+        db.put(b"k", b"v")
+    with kv.open(tmp_path / "a" / "b" / "db", create=False) as db:
+        assert db.get(b"k") == b"v"
 
 
 def test_use_after_close(tmp_path: Path) -> None:
