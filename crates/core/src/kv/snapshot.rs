@@ -69,6 +69,9 @@ pub struct Snapshot {
     pub check: Arc<Check>,
 }
 
+/// Checks a closed store left unfinished (see [`Check::run`]), in this process.
+pub static ABANDONED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The verification of a mapped snapshot's sections: pending until a background thread
 /// has read them, then good or damaged.
 pub struct Check {
@@ -101,19 +104,32 @@ impl Check {
     }
 
     /// Verify now, on this thread; a damaged snapshot is removed (the next open then
-    /// rebuilds the index from the segments).
-    fn run(&self) {
+    /// rebuilds the index from the segments). `wanted` is asked before each chunk: when
+    /// it says no — the store that asked was closed, nobody will read the verdict — the
+    /// check stops there, with no verdict and the file left alone (a store reopened in
+    /// the same process then opens without the previous verification still reading and
+    /// mapping 1 MiB chunks of a file nobody uses beside it).
+    fn run(&self, wanted: impl Fn() -> bool) {
         let Some(j) = &self.job else { return };
         // Each chunk the verification reads (sequentially: the kernel reads ahead) is
         // then mapped into the store's mapping, so that the index is in memory and stays
-        // there once this is done; lookups meanwhile fault in single pages.
-        let map = j.map.upgrade();
+        // there once this is done; lookups meanwhile fault in single pages. (The mapping
+        // is looked up per chunk: this thread does not keep a closed store's alive.)
+        let mut abandoned = false;
         let v = verify(&j.file, j.layout, |off, len| {
-            if let Some(m) = &map {
+            if !wanted() {
+                abandoned = true;
+                return false;
+            }
+            if let Some(m) = j.map.upgrade() {
                 m.populate(off as usize, len);
             }
+            true
         });
-        drop(map);
+        if abandoned {
+            ABANDONED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if v.is_err() {
             let _ = fs::remove_file(&j.path);
         }
@@ -129,7 +145,7 @@ impl Check {
         }
         if self.pid != std::process::id() && !self.is_done() {
             // a forked child: the verifying thread stayed in the parent
-            self.run();
+            self.run(|| true);
         }
         let mut g = self.verdict.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -162,7 +178,7 @@ impl Check {
             return;
         }
         if let Err(me) = verifier::hand_off(self.clone()) {
-            me.run();
+            me.run(|| true);
         }
     }
 }
@@ -229,7 +245,7 @@ mod verifier {
                 // scheduler ignores it, nothing changes.
                 // SAFETY: ioprio_set only changes this thread's I/O priority.
                 unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
-                mine.run();
+                mine.run(|| still_wanted(&mine));
                 drop(mine);
                 if let Some(id) = id {
                     serve(id);
@@ -260,8 +276,14 @@ mod verifier {
                     }
                 }
             };
-            next.run();
+            next.run(|| still_wanted(&next));
         }
+    }
+
+    /// Whether anyone but the verifier still holds `check` (the store that asked for it:
+    /// once it is closed, nobody reads the verdict).
+    fn still_wanted(check: &Arc<Check>) -> bool {
+        Arc::strong_count(check) > 1
     }
 }
 
@@ -476,7 +498,7 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
     };
     let check = if total <= VERIFY_INLINE {
         // small: verified before open returns
-        Check::new(Some(verify(&f, lay, |_, _| ())), None)
+        Check::new(Some(verify(&f, lay, |_, _| true)), None)
     } else {
         let job = Job {
             path: dir.join(FILE),
@@ -508,11 +530,13 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
 /// from the store's private mapping, which may already hold its own writes) in chunks,
 /// so that a verification running in the background does not hold the disk for long.
 /// `read(off, len)` is called after each chunk is read.
-fn verify(f: &fs::File, l: Layout, mut read: impl FnMut(u64, usize)) -> Result<(), String> {
+fn verify(f: &fs::File, l: Layout, mut read: impl FnMut(u64, usize) -> bool) -> Result<(), String> {
     let io = |e: io::Error| format!("it could not be read ({e})");
     let mut ctrl = vec![0u8; (l.buckets + GROUP as u64) as usize];
     f.read_exact_at(&mut ctrl, l.ctrl_off).map_err(io)?;
-    read(l.ctrl_off, ctrl.len());
+    if !read(l.ctrl_off, ctrl.len()) {
+        return Err("the check was abandoned".into());
+    }
     let crcs = [
         crc32c::crc32c(&ctrl),
         crc_of(f, l.slots_off, l.buckets * 24, &mut read).map_err(io)?,
@@ -538,14 +562,16 @@ fn crc_of(
     f: &fs::File,
     mut off: u64,
     len: u64,
-    read: &mut impl FnMut(u64, usize),
+    read: &mut impl FnMut(u64, usize) -> bool,
 ) -> io::Result<u32> {
     let mut buf = vec![0u8; (1 << 20).min(len as usize)];
     let (mut crc, end) = (0, off + len);
     while off < end {
         let n = ((end - off) as usize).min(buf.len());
         f.read_exact_at(&mut buf[..n], off)?;
-        read(off, n);
+        if !read(off, n) {
+            return Err(io::Error::other("the check was abandoned"));
+        }
         crc = crc32c::crc32c_append(crc, &buf[..n]);
         off += n as u64;
     }
