@@ -192,6 +192,34 @@ impl<T> From<Vec<T>> for Arr<T> {
     }
 }
 
+/// Fault the pages of `[off, off + len)` of the mapping `base .. base + map_len` in
+/// (reading what the page cache lacks) with one `MADV_POPULATE_READ` (5.14); where that
+/// is missing, by reading one byte per page. Ranges past the end are clipped.
+///
+/// # Safety
+/// `base` must be the start of a live, page-aligned, readable mapping of `map_len` bytes
+/// whose pages can all be read without a SIGBUS (the file is not shorter than it).
+pub unsafe fn populate(base: *const u8, map_len: usize, off: usize, len: usize) {
+    const MADV_POPULATE_READ: i32 = 22;
+    let start = off / 4096 * 4096;
+    let end = off.saturating_add(len).min(map_len);
+    if start >= end {
+        return;
+    }
+    // SAFETY: [start, end) lies inside the mapping (start is page-aligned, like the
+    // mapping); POPULATE_READ only faults pages in.
+    let p = unsafe { base.add(start) };
+    if unsafe { libc::madvise(p as *mut libc::c_void, end - start, MADV_POPULATE_READ) } == 0
+        || io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+    {
+        return; // done, or failed for a reason touching the pages would not fix
+    }
+    for at in (start..end).step_by(4096) {
+        // SAFETY: at < map_len: inside the mapping; a volatile read faults the page in.
+        unsafe { std::ptr::read_volatile(base.add(at)) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,33 +247,5 @@ mod tests {
         assert!(a.is_mapped() && b.bytes_used() == 4096);
         drop((a, b));
         assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 8192]);
-    }
-}
-
-/// Fault the pages of `[off, off + len)` of the mapping `base .. base + map_len` in
-/// (reading what the page cache lacks) with one `MADV_POPULATE_READ` (5.14); where that
-/// is missing, by reading one byte per page. Ranges past the end are clipped.
-///
-/// # Safety
-/// `base` must be the start of a live, page-aligned, readable mapping of `map_len` bytes
-/// whose pages can all be read without a SIGBUS (the file is not shorter than it).
-pub unsafe fn populate(base: *const u8, map_len: usize, off: usize, len: usize) {
-    const MADV_POPULATE_READ: i32 = 22;
-    let start = off / 4096 * 4096;
-    let end = off.saturating_add(len).min(map_len);
-    if start >= end {
-        return;
-    }
-    // SAFETY: [start, end) lies inside the mapping (start is page-aligned, like the
-    // mapping); POPULATE_READ only faults pages in.
-    let p = unsafe { base.add(start) };
-    if unsafe { libc::madvise(p as *mut libc::c_void, end - start, MADV_POPULATE_READ) } == 0
-        || io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
-    {
-        return; // done, or failed for a reason touching the pages would not fix
-    }
-    for at in (start..end).step_by(4096) {
-        // SAFETY: at < map_len: inside the mapping; a volatile read faults the page in.
-        unsafe { std::ptr::read_volatile(base.add(at)) };
     }
 }
