@@ -404,8 +404,30 @@ struct Layout {
     deleted: u64,
 }
 
-fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
-    let total = f.metadata()?.len();
+/// A header that passed its checksum: everything but the sections.
+struct Head {
+    seed: u64,
+    check_value: u64,
+    seq: u64,
+    active: u32,
+    active_off: u64,
+    buckets: u64,
+    items: u64,
+    deleted: u64,
+    arena_len: u64,
+    dead: u64,
+    ctrl_off: u64,
+    slots_off: u64,
+    arena_off: u64,
+    file_len: u64,
+    crcs: [u32; 3],
+    head_len: usize,
+    ident: u64,
+    segs: Vec<(u32, SnapSeg)>,
+}
+
+/// The header of `f` (`total` bytes long), if it is this layout's and its checksum holds.
+fn read_head(f: &fs::File, total: u64) -> io::Result<Option<Head>> {
     if total < (FIXED + 4) as u64 || total > isize::MAX as u64 {
         return Ok(None);
     }
@@ -417,14 +439,7 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
     if &fixed[0..4] != MAGIC || u32_at(fixed, 4) != VERSION {
         return Ok(None);
     }
-    let (seed, check_value, seq) = (u64_at(fixed, 8), u64_at(fixed, 16), u64_at(fixed, 24));
-    let active = u32_at(fixed, 32);
     let nsegs = u32_at(fixed, 36) as usize;
-    let g = |i: usize| u64_at(fixed, 40 + 8 * i);
-    let (active_off, buckets, items, deleted, arena_len, dead) =
-        (g(0), g(1), g(2), g(3), g(4), g(5));
-    let (ctrl_off, slots_off, arena_off, file_len) = (g(6), g(7), g(8), g(9));
-    let crcs = [u32_at(fixed, 120), u32_at(fixed, 124), u32_at(fixed, 128)];
     let head_len = FIXED + nsegs * 24;
     if nsegs > 1 << 20 || (head_len + 4) as u64 > total {
         return Ok(None);
@@ -437,7 +452,93 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
     if crc32c::crc32c(&b[..head_len]) != u32_at(b, head_len) {
         return Ok(None);
     }
-    let ident = (u32_at(b, head_len) as u64) << 32 ^ seq;
+    let g = |i: usize| u64_at(b, 40 + 8 * i);
+    let seq = u64_at(b, 24);
+    let segtab = &b[FIXED..head_len];
+    let segs = (0..nsegs)
+        .map(|i| {
+            let at = i * 24;
+            (
+                u32_at(segtab, at),
+                SnapSeg {
+                    size: u64_at(segtab, at + 8),
+                    dead: u64_at(segtab, at + 16),
+                },
+            )
+        })
+        .collect();
+    Ok(Some(Head {
+        seed: u64_at(b, 8),
+        check_value: u64_at(b, 16),
+        seq,
+        active: u32_at(b, 32),
+        active_off: g(0),
+        buckets: g(1),
+        items: g(2),
+        deleted: g(3),
+        arena_len: g(4),
+        dead: g(5),
+        ctrl_off: g(6),
+        slots_off: g(7),
+        arena_off: g(8),
+        file_len: g(9),
+        crcs: [u32_at(b, 120), u32_at(b, 124), u32_at(b, 128)],
+        head_len,
+        ident: (u32_at(b, head_len) as u64) << 32 ^ seq,
+        segs,
+    }))
+}
+
+/// What the segments held when `INDEX` was written.
+pub struct Recorded {
+    /// the segment that was being appended to, and how far its records were synced
+    pub active: u32,
+    pub active_off: u64,
+    /// every segment with the size it had
+    pub segs: Vec<(u32, SnapSeg)>,
+}
+
+/// [`Recorded`] from the header of `INDEX` alone (whose own checksum holds, whatever the
+/// state of the sections). `None` when there is no such file or it is not of this layout.
+pub fn recorded(dir: &Path) -> io::Result<Option<Recorded>> {
+    let f = match fs::File::open(dir.join(FILE)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let total = f.metadata()?.len();
+    Ok(read_head(&f, total).ok().flatten().map(|h| Recorded {
+        active: h.active,
+        active_off: h.active_off,
+        segs: h.segs,
+    }))
+}
+
+fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
+    let total = f.metadata()?.len();
+    let Some(h) = read_head(&f, total)? else {
+        return Ok(None);
+    };
+    let Head {
+        seed,
+        check_value,
+        seq,
+        active,
+        active_off,
+        buckets,
+        items,
+        deleted,
+        arena_len,
+        dead,
+        ctrl_off,
+        slots_off,
+        arena_off,
+        file_len,
+        crcs,
+        head_len,
+        ident,
+        segs,
+    } = h;
     let ctrl_len = buckets.checked_add(GROUP as u64);
     let slots_len = buckets.checked_mul(24);
     let fits = |off: u64, len: Option<u64>| {
@@ -461,19 +562,6 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
     // lookups fault in single pages; the verification's sequential reads (below) bring
     // the whole file into the page cache meanwhile
     map.advise_random();
-    let segtab = &b[FIXED..head_len];
-    let segs = (0..nsegs)
-        .map(|i| {
-            let at = i * 24;
-            (
-                u32_at(segtab, at),
-                SnapSeg {
-                    size: u64_at(segtab, at + 8),
-                    dead: u64_at(segtab, at + 16),
-                },
-            )
-        })
-        .collect();
     let lay = Layout {
         buckets,
         ctrl_off,

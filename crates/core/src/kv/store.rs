@@ -870,6 +870,18 @@ impl Store {
             }
         }
         ids.sort_unstable();
+        // A hint file without its segment: a compaction interrupted between writing the
+        // hint and renaming the segment into place (the `.tmp` went above). Removed, so
+        // that a later segment given that id is not mistaken for a compaction output.
+        let orphans: Vec<u32> = hints
+            .iter()
+            .copied()
+            .filter(|id| ids.binary_search(id).is_err())
+            .collect();
+        for id in orphans {
+            hints.remove(&id);
+            let _ = fs::remove_file(dir.join(hint_name(id)));
+        }
         let hinted = |id: u32| hints.contains(&id);
         // The segment that was being appended to: the newest one without a hint file
         // (compaction outputs carry hints and may have higher ids).
@@ -881,11 +893,42 @@ impl Store {
         // repair rescans everything: the snapshot may point at the damage
         let snap = match opts.repair || !opts.index_snapshot {
             true => None,
-            false => snapshot::load(dir)?.filter(|s| {
-                // (a small snapshot was verified already: a damaged one is not used)
-                Self::snapshot_fits(s, &sizes) && !(s.check.is_done() && s.check.wait().is_err())
-            }),
+            false => snapshot::load(dir)?,
         };
+        // How long each segment was when INDEX was written (its header has a checksum of
+        // its own, whatever the state of the rest): a segment shorter than that, or gone,
+        // lost records that were written and synced before the store was closed.
+        let recorded = match &snap {
+            Some(s) => Some(snapshot::Recorded {
+                active: s.active,
+                active_off: s.active_off,
+                segs: s.segs.clone(),
+            }),
+            None if opts.repair || !opts.index_snapshot => snapshot::recorded(dir)?,
+            None => None,
+        };
+        let mut cut: Vec<(u32, String)> = Vec::new();
+        // per segment: the length below which its records were complete and synced
+        let mut synced: BTreeMap<u32, u64> = BTreeMap::new();
+        // (an INDEX older than a compaction — put back from a copy — is not a record of
+        // anything: compaction removes INDEX before it starts, and its outputs, which
+        // carry hint files, are then segments INDEX does not list)
+        let stale = |segs: &[(u32, SnapSeg)]| hints.iter().any(|h| !segs.iter().any(|s| s.0 == *h));
+        if let Some(r) = recorded.as_ref().filter(|r| !stale(&r.segs)) {
+            for (id, s) in &r.segs {
+                let want = if *id == r.active {
+                    r.active_off
+                } else {
+                    s.size
+                };
+                synced.insert(*id, want);
+                Self::note_cut(dir, *id, want, sizes.get(id).copied(), "INDEX", &mut cut);
+            }
+        }
+        let snap = snap.filter(|s| {
+            // (a small snapshot was verified already: a damaged one is not used)
+            Self::snapshot_fits(s, &sizes) && !(s.check.is_done() && s.check.wait().is_err())
+        });
         let index_check = snap.as_ref().map(|s| s.check.clone());
         // The live overlay goes in a shared mapping of a file: only where mapped stores
         // are safe (see mapped_writes_safe), and not when the snapshot is not used.
@@ -942,6 +985,42 @@ impl Store {
                 (index, None, 0)
             }
         };
+        // The hint files that will be read (a snapshot in use covers their segments):
+        // each also says how long its segment was written.
+        let mut hint_files: BTreeMap<u32, (Vec<u8>, u64)> = BTreeMap::new();
+        for &id in &ids {
+            if !hinted(id) || known.contains_key(&id) || resume.is_some_and(|r| r.0 == id) {
+                continue;
+            }
+            if let Some((data, len)) = Self::read_hint(dir, id) {
+                let now = sizes.get(&id).copied();
+                Self::note_cut(dir, id, len, now, "its hint file", &mut cut);
+                synced.entry(id).or_insert(len);
+                hint_files.insert(id, (data, len));
+            }
+        }
+        if !cut.is_empty() {
+            let what: Vec<String> = cut.iter().map(|c| c.1.clone()).collect();
+            if !opts.repair {
+                return Err(err(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} — the files were changed outside uringkit; open with \
+                         repair=True to keep what is left (what the missing bytes held is \
+                         lost)",
+                        what.join("; ")
+                    ),
+                ));
+            }
+            // accepted: INDEX and the hint files that recorded the lost lengths would
+            // report them again at the next open (this one rebuilds without them)
+            snapshot::remove(dir)?;
+            for (id, _) in &cut {
+                let _ = fs::remove_file(dir.join(hint_name(*id)));
+            }
+            fsync_dir(dir)?;
+            rec.skipped.extend(what);
+        }
         let mut raw: Vec<(u32, i32, u64, bool)> = Vec::new();
         for &id in &ids {
             let path = dir.join(seg_name(id));
@@ -949,21 +1028,47 @@ impl Store {
             guard.0.push(fd);
             let is_newest = Some(id) == newest;
             let mut scanned = false;
+            let durable = synced.get(&id).copied().unwrap_or(0);
+            let skipped = rec.skipped.len();
             let (size, s) = if let Some(&size) = known.get(&id) {
                 (size, 0)
             } else if let Some((_, from)) = resume.filter(|r| r.0 == id) {
-                let r = (id, fd, from, is_newest, opts.repair, rec.from_overlay);
+                let r = (
+                    id,
+                    fd,
+                    from,
+                    is_newest,
+                    opts.repair,
+                    rec.from_overlay,
+                    durable,
+                );
                 Self::replay(&path, r, &mut index, &mut rec, &mut dead)?
-            } else if let Some(r) = Self::load_hint(dir, id, fd, &mut index, &mut dead) {
+            } else if let Some(r) = hint_files
+                .remove(&id)
+                .filter(|h| !opts.repair && sizes.get(&id) == Some(&h.1))
+                .and_then(|(data, _)| Self::load_hint(&data, id, &mut index, &mut dead))
+            {
+                // (repair reads the records themselves: a hint may point at the damage)
                 rec.from_hints += 1;
                 r
             } else {
-                let r = (id, fd, 0, is_newest, opts.repair, false);
+                let r = (id, fd, 0, is_newest, opts.repair, false, durable);
                 scanned = true;
-                Self::replay(&path, r, &mut index, &mut rec, &mut dead)?
+                let r = Self::replay(&path, r, &mut index, &mut rec, &mut dead)?;
+                if rec.skipped.len() > skipped && hinted(id) {
+                    // its hint lists what repair just skipped
+                    let _ = fs::remove_file(dir.join(hint_name(id)));
+                }
+                r
             };
             seq = seq.max(s);
             raw.push((id, fd, size, scanned));
+        }
+        if opts.repair && !rec.skipped.is_empty() {
+            // an INDEX from before points at what was skipped: gone before anything else
+            // can open the store (the close writes a new one)
+            snapshot::remove(dir)?;
+            fsync_dir(dir)?;
         }
         index.purge_tombstones();
         index.shrink();
@@ -1128,17 +1233,48 @@ impl Store {
                 .all(|id| listed.contains_key(id) || *id > sn.active)
     }
 
+    /// A segment recorded (by `source`: INDEX or its hint file) as `want` bytes long that
+    /// is now `now` bytes long (`None`: gone): what is missing, for `cut`.
+    fn note_cut(
+        dir: &Path,
+        id: u32,
+        want: u64,
+        now: Option<u64>,
+        source: &str,
+        cut: &mut Vec<(u32, String)>,
+    ) {
+        let path = dir.join(seg_name(id));
+        let what = match now {
+            Some(n) if n >= want => return,
+            Some(n) => format!(
+                "{}: cut short at offset {n}: {source} recorded {want} bytes of records \
+                 there, {} of them are missing",
+                path.display(),
+                want - n
+            ),
+            None => format!(
+                "{}: missing, with the {want} bytes of records {source} recorded in it",
+                path.display()
+            ),
+        };
+        if !cut.iter().any(|c| c.0 == id) {
+            cut.push((id, what));
+        }
+    }
+
     /// Scan a segment from offset `from`, apply committed records to the index, count
-    /// superseded records in `dead`. `seg` = (id, fd, from, newest, repair). Returns
-    /// (valid size, max seq).
+    /// superseded records in `dead`. `seg` = (id, fd, from, newest, repair,
+    /// zeros_end_it, synced): below `synced` the records were complete and synced when
+    /// INDEX or a hint file was written, so a bad one there is damage even in the newest
+    /// segment, not a torn tail. Returns (valid size, max seq).
     fn replay(
         path: &Path,
-        seg: (u32, i32, u64, bool, bool, bool),
+        seg: (u32, i32, u64, bool, bool, bool, u64),
         index: &mut Index,
         rec: &mut Recovery,
         dead: &mut BTreeMap<u32, u64>,
     ) -> io::Result<(u64, u64)> {
-        let (id, fd, from, newest, repair, zeros_end_it) = seg;
+        let (id, fd, from, newest, repair, zeros_end_it, synced) = seg;
         // SAFETY: stat is POD.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is open; st is a valid out pointer.
@@ -1242,7 +1378,7 @@ impl Store {
                 // torn tail: truncated below. In an older segment only a tail of zeros
                 // is not corruption: the appender's pre-fill or fallocate, whose cut at
                 // the roll a crash of the machine undid.
-                if newest || garbage_after(fd, off as u64, size)? == 0 {
+                if (newest && off as u64 >= synced) || garbage_after(fd, off as u64, size)? == 0 {
                     break;
                 }
                 if !repair {
@@ -1390,13 +1526,8 @@ impl Store {
         }
     }
 
-    fn load_hint(
-        dir: &Path,
-        id: u32,
-        fd: i32,
-        index: &mut Index,
-        dead: &mut BTreeMap<u32, u64>,
-    ) -> Option<(u64, u64)> {
+    /// A hint file whose magic and checksum hold, and the segment length it records.
+    fn read_hint(dir: &Path, id: u32) -> Option<(Vec<u8>, u64)> {
         let data = fs::read(dir.join(hint_name(id))).ok()?;
         if data.len() < 20 || &data[0..4] != b"XVH1" {
             return None;
@@ -1407,13 +1538,19 @@ impl Store {
             return None;
         }
         let seg_size = u64::from_le_bytes(body[4..12].try_into().ok()?);
-        // SAFETY: stat is POD.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fd is open.
-        unsafe { libc::fstat(fd, &mut st) };
-        if st.st_size as u64 != seg_size {
-            return None;
-        }
+        Some((data, seg_size))
+    }
+
+    /// Index segment `id` from its hint file (`data`, from [`Self::read_hint`], whose
+    /// segment length the caller has checked). Returns (segment size, max seq).
+    fn load_hint(
+        data: &[u8],
+        id: u32,
+        index: &mut Index,
+        dead: &mut BTreeMap<u32, u64>,
+    ) -> Option<(u64, u64)> {
+        let body = &data[..data.len() - 4];
+        let seg_size = u64::from_le_bytes(body[4..12].try_into().ok()?);
         let count = u32::from_le_bytes(body[12..16].try_into().ok()?) as usize;
         let mut at = 16usize;
         let mut max_seq = 0;
@@ -3474,6 +3611,188 @@ mod tests {
 
     /// A copy of store directory `d` without its LOCK (the copy of a killed writer's
     /// files: a forgotten store keeps its flock in this process).
+    /// A store over several 64 KiB segments: the first ones compacted (with hint
+    /// files), more written after, closed (INDEX written). Keys `k0..k1999`, values
+    /// `v{i}` padded to 40 bytes; returns the segment ids, oldest first.
+    fn compacted_store(d: &Path) -> Vec<u32> {
+        let val = |i: u32| format!("v{i:039}").into_bytes();
+        {
+            let s = Store::open(d, opts()).unwrap();
+            for i in 0..1000u32 {
+                s.put(format!("k{i}").as_bytes(), &val(i)).unwrap();
+            }
+            s.compact().unwrap();
+            for i in 1000..2000u32 {
+                s.put(format!("k{i}").as_bytes(), &val(i)).unwrap();
+            }
+        }
+        let mut ids: Vec<u32> = Store::list_dir(d)
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.strip_suffix(".seg").and_then(|s| s.parse().ok()))
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Offsets of the records of a segment file (by their headers).
+    fn record_offsets(path: &Path) -> Vec<u64> {
+        let data = fs::read(path).unwrap();
+        let (mut off, mut out) = (0usize, Vec::new());
+        while let Ok(h) = record::parse_header(&data[off..]) {
+            out.push(off as u64);
+            off += h.total();
+        }
+        out
+    }
+
+    fn repairing() -> Options {
+        Options {
+            repair: true,
+            ..opts()
+        }
+    }
+
+    #[test]
+    fn a_segment_cut_short_outside_the_store_is_an_error_unless_repair() {
+        for (source, drop_index) in [("INDEX", false), ("its hint file", true)] {
+            let d = tempfile::tempdir().unwrap();
+            let ids = compacted_store(d.path());
+            let hinted = ids
+                .iter()
+                .copied()
+                .find(|id| d.path().join(hint_name(*id)).exists())
+                .unwrap();
+            if drop_index {
+                fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
+            }
+            // cut at a record boundary: the segment alone looks whole
+            let path = d.path().join(seg_name(hinted));
+            let offs = record_offsets(&path);
+            let at = offs[offs.len() / 2];
+            let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.set_len(at).unwrap();
+            drop(f);
+            let e = Store::open(d.path(), opts()).err().unwrap().to_string();
+            assert!(
+                e.contains(&seg_name(hinted))
+                    && e.contains(&format!("cut short at offset {at}"))
+                    && e.contains(source)
+                    && e.contains("repair=True"),
+                "{e}"
+            );
+            let lost = {
+                let s = Store::open(d.path(), repairing()).unwrap();
+                assert_eq!(s.recovery.skipped.len(), 1, "{:?}", s.recovery.skipped);
+                assert!(s.recovery.skipped[0].contains("cut short"));
+                assert_eq!(s.recovery.from_hints, 0);
+                let lost = 2000 - s.len();
+                assert!(lost > 0 && s.check().unwrap().1.is_empty());
+                assert!(!d.path().join(hint_name(hinted)).exists());
+                lost
+            };
+            // what recorded the old length is gone: the next open is a plain one
+            let s = Store::open(d.path(), opts()).unwrap();
+            assert!(s.recovery.skipped.is_empty());
+            assert_eq!(s.len(), 2000 - lost);
+        }
+    }
+
+    #[test]
+    fn a_segment_removed_outside_the_store_is_an_error_unless_repair() {
+        let d = tempfile::tempdir().unwrap();
+        let ids = compacted_store(d.path());
+        fs::remove_file(d.path().join(seg_name(ids[1]))).unwrap();
+        let _ = fs::remove_file(d.path().join(hint_name(ids[1])));
+        let e = Store::open(d.path(), opts()).err().unwrap().to_string();
+        assert!(
+            e.contains(&seg_name(ids[1])) && e.contains("missing"),
+            "{e}"
+        );
+        let s = Store::open(d.path(), repairing()).unwrap();
+        assert!(s.recovery.skipped[0].contains("missing"));
+        assert!(s.len() < 2000);
+    }
+
+    #[test]
+    fn an_orphan_hint_file_is_removed() {
+        // a compaction killed between writing a hint and renaming its segment in
+        let d = tempfile::tempdir().unwrap();
+        let ids = compacted_store(d.path());
+        let next = ids.last().unwrap() + 1;
+        fs::write(d.path().join(hint_name(next)), b"XVH1 whatever").unwrap();
+        fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert!(!d.path().join(hint_name(next)).exists());
+        assert_eq!(s.len(), 2000);
+    }
+
+    #[test]
+    fn repair_reads_the_records_of_hinted_segments() {
+        let d = tempfile::tempdir().unwrap();
+        let ids = compacted_store(d.path());
+        let hinted = ids
+            .iter()
+            .copied()
+            .find(|id| d.path().join(hint_name(*id)).exists())
+            .unwrap();
+        let path = d.path().join(seg_name(hinted));
+        let offs = record_offsets(&path);
+        let mut data = fs::read(&path).unwrap();
+        data[offs[3] as usize + HEADER + 2] ^= 0x55; // inside the 4th record's key
+        fs::write(&path, &data).unwrap();
+        fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
+        {
+            // the hint file is trusted: the damage is found when the record is read
+            let s = Store::open(d.path(), opts()).unwrap();
+            assert!(s.recovery.from_hints > 0);
+            assert_eq!(s.check().unwrap().1.len(), 1);
+        }
+        fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
+        {
+            let s = Store::open(d.path(), repairing()).unwrap();
+            assert_eq!(s.recovery.from_hints, 0);
+            assert_eq!(s.recovery.skipped.len(), 1, "{:?}", s.recovery.skipped);
+            assert!(s.recovery.skipped[0].contains(&format!("offset {}", offs[3])));
+            assert_eq!(s.check().unwrap(), (1999, vec![]));
+            // the hint that listed the skipped record is gone with it
+            assert!(!d.path().join(hint_name(hinted)).exists());
+        }
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert_eq!(s.check().unwrap(), (1999, vec![]));
+    }
+
+    #[test]
+    fn damage_below_what_index_recorded_is_not_a_torn_tail() {
+        // the newest segment: a bad record followed by records INDEX saw synced is
+        // damage (an error, or skipped by repair), not a tail cut back with a warning
+        let d = tempfile::tempdir().unwrap();
+        let ids = compacted_store(d.path());
+        let newest = *ids.last().unwrap();
+        let path = d.path().join(seg_name(newest));
+        let offs = record_offsets(&path);
+        assert!(offs.len() > 20);
+        let mut data = fs::read(&path).unwrap();
+        data[offs[5] as usize + HEADER + 1] ^= 0x55;
+        fs::write(&path, &data).unwrap();
+        let snapshots_off = Options {
+            index_snapshot: false,
+            ..opts()
+        };
+        let e = Store::open(d.path(), snapshots_off)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&seg_name(newest)) && e.contains(&format!("offset {}", offs[5])),
+            "{e}"
+        );
+        let s = Store::open(d.path(), repairing()).unwrap();
+        assert_eq!(s.recovery.torn_bytes, 0);
+        assert_eq!(s.recovery.skipped.len(), 1);
+        assert_eq!(s.len(), 1999, "only the damaged record is lost");
+    }
+
     fn copy_without_lock(d: &Path) -> tempfile::TempDir {
         let copy = tempfile::tempdir().unwrap();
         for e in fs::read_dir(d).unwrap() {
