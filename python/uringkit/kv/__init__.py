@@ -325,9 +325,11 @@ def open(  # noqa: A001
     """Open (or create) the store in directory `path`.
 
     A torn tail left by a crash is truncated with a RuntimeWarning saying how many bytes
-    were dropped; corruption elsewhere raises OSError naming the file and offset
-    (`repair=True` skips it and warns what was lost). A second process opening the same
-    store gets BlockingIOError.
+    were dropped; corruption elsewhere raises OSError naming the file and offset, and so
+    does a segment cut short or removed outside uringkit (one shorter than the length
+    its INDEX or hint file recorded). `repair=True` reads every record (no INDEX, no hint
+    files), skips what is damaged or missing and warns what was lost. A second process
+    opening the same store gets BlockingIOError.
 
     `direct=True` appends with O_DIRECT (whole 4 KiB blocks from an aligned buffer,
     bypassing the page cache: written data does not evict what readers cache). Fresh

@@ -74,7 +74,12 @@ def main(argv: list[str]) -> int:
         if name == "stats":
             p.add_argument("--json", action="store_true")
         if name in ("check", "stats", "scan", "get"):
-            p.add_argument("--repair", action="store_true", help="skip corrupt records")
+            p.add_argument(
+                "--repair",
+                action="store_true",
+                help="rebuild the index from every record, skipping damaged or missing ones "
+                "(warns what was lost)",
+            )
     a = ap.parse_args(argv)
     h = a.hex
     try:
