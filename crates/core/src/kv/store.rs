@@ -1340,6 +1340,60 @@ impl Store {
                             Kind::Commit => {
                                 Self::apply_all(index, &ready, dead);
                                 ready.clear();
+                                // All of the batch or none of it: its COMMIT counts its
+                                // records, which share its sequence number. Fewer, or
+                                // records of another batch before them, happen only where
+                                // repair skipped damage: what is incomplete is dropped.
+                                let mut drop = Vec::new();
+                                if batch.len() != h.val_len as usize
+                                    || batch.iter().any(|b| b.3 != h.seq)
+                                {
+                                    if !repair {
+                                        return Err(err(
+                                            io::ErrorKind::InvalidData,
+                                            format!(
+                                                "{}: corrupt batch: its COMMIT at offset {off} \
+                                                 counts {} records of sequence {}, {} precede \
+                                                 it; open with repair=True to drop it",
+                                                path.display(),
+                                                h.val_len,
+                                                h.seq,
+                                                batch.len()
+                                            ),
+                                        ));
+                                    }
+                                    let (this, other): (Vec<_>, Vec<_>) =
+                                        batch.drain(..).partition(|b| b.3 == h.seq);
+                                    for (seq, part) in [(None, other), (Some(h.seq), this)] {
+                                        match part.len() == h.val_len as usize && seq.is_some() {
+                                            true => batch = part,
+                                            false => drop.push((seq, part)),
+                                        }
+                                    }
+                                }
+                                for (seq, part) in drop.into_iter().filter(|d| !d.1.is_empty()) {
+                                    let lost: u64 = part.iter().map(|b| b.4).sum();
+                                    *dead.entry(id).or_default() += lost;
+                                    let (what, at) = match seq {
+                                        Some(q) => (
+                                            format!(
+                                                "sequence {q}: {} of its {} records",
+                                                part.len(),
+                                                h.val_len
+                                            ),
+                                            off,
+                                        ),
+                                        None => (
+                                            format!("{} records without their COMMIT", part.len()),
+                                            part[0].0,
+                                        ),
+                                    };
+                                    rec.skipped.push(format!(
+                                        "{}: dropped an incomplete batch at offset {at} ({what}, \
+                                         {lost} bytes)",
+                                        path.display(),
+                                    ));
+                                }
                                 let items: Vec<Replayed> = batch
                                     .drain(..)
                                     .map(|(o, kind, vl, s, t, kl)| {
@@ -3791,6 +3845,65 @@ mod tests {
         assert_eq!(s.recovery.torn_bytes, 0);
         assert_eq!(s.recovery.skipped.len(), 1);
         assert_eq!(s.len(), 1999, "only the damaged record is lost");
+    }
+
+    #[test]
+    fn repair_drops_a_batch_with_a_damaged_member_whole() {
+        // two batches back to back; a member of the first, then the COMMIT of the
+        // second, damaged: repair keeps what is around them and neither batch in part
+        for damaged in [1usize, 7] {
+            let d = tempfile::tempdir().unwrap();
+            let s = Store::open(d.path(), opts()).unwrap();
+            s.put(b"before", b"x").unwrap();
+            for b in 0..2u8 {
+                let keys: Vec<Vec<u8>> = (0..3u8).map(|i| vec![b'b', b, i]).collect();
+                let ops: Vec<(&[u8], Option<&[u8]>)> =
+                    keys.iter().map(|k| (&k[..], Some(&b"v"[..]))).collect();
+                s.batch(&ops).unwrap();
+            }
+            s.put(b"after", b"y").unwrap();
+            drop(s);
+            let path = d.path().join(seg_name(1));
+            let offs = record_offsets(&path);
+            // before, 3 + COMMIT, 3 + COMMIT, after
+            assert_eq!(offs.len(), 10);
+            let mut data = fs::read(&path).unwrap();
+            data[offs[damaged] as usize + 20] ^= 1;
+            fs::write(&path, &data).unwrap();
+            // (INDEX is not read, but what it recorded is the bound of what was synced)
+            let snapshots_off = Options {
+                index_snapshot: false,
+                ..opts()
+            };
+            let e = Store::open(d.path(), snapshots_off)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains(&format!("offset {}", offs[damaged])), "{e}");
+            let s = Store::open(d.path(), repairing()).unwrap();
+            let mut keys = s.keys().unwrap();
+            keys.sort();
+            let mut kept: Vec<Vec<u8>> = match damaged {
+                1 => vec![
+                    b"after".to_vec(),
+                    b"before".to_vec(),
+                    vec![b'b', 1, 0],
+                    vec![b'b', 1, 1],
+                    vec![b'b', 1, 2],
+                ],
+                _ => vec![
+                    b"after".to_vec(),
+                    b"before".to_vec(),
+                    vec![b'b', 0, 0],
+                    vec![b'b', 0, 1],
+                    vec![b'b', 0, 2],
+                ],
+            };
+            kept.sort();
+            assert_eq!(keys, kept, "damaged record {damaged}");
+            let lost = s.recovery.skipped.join("; ");
+            assert!(lost.contains("incomplete batch"), "{lost}");
+        }
     }
 
     fn copy_without_lock(d: &Path) -> tempfile::TempDir {
