@@ -7,11 +7,12 @@
 //!      6    1 version  1
 //!      7    1 type     1 PUT, 2 DELETE, 3 COMMIT
 //!      8    1 flags    bit 0: part of a batch (visible only once its COMMIT is read)
-//!      9    3 reserved (zero)
+//!      9    3 mark_seg low 24 bits of the id of the segment `mark_off` is about (0: none)
 //!     12    4 key_len
 //!     16    8 seq      sequence number (batch members share the batch's seq)
 //!     24    4 val_len  (COMMIT: number of records in the batch)
-//!     28    4 reserved (zero)
+//!     28    4 mark_off every byte of segment `mark_seg` below this offset had been
+//!                      fdatasynced when the record was encoded (a true lower bound)
 //!     32      key, then value
 //! ```
 
@@ -30,6 +31,12 @@ pub enum Kind {
 
 pub const FLAG_BATCH: u8 = 1;
 
+/// A durable mark: `(segment id) << 32 | offset` — every byte of that segment below the
+/// offset has been fdatasynced. 0: no claim. Packed so that a later mark is larger.
+pub fn mark(seg: u32, synced_to: u64) -> u64 {
+    (seg as u64) << 32 | synced_to.min(u32::MAX as u64)
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Header {
     pub kind: Kind,
@@ -37,6 +44,9 @@ pub struct Header {
     pub key_len: u32,
     pub val_len: u32,
     pub seq: u64,
+    /// the durable mark the record carries: (low 24 bits of a segment id, offset)
+    pub mark_seg: u32,
+    pub mark_off: u32,
 }
 
 impl Header {
@@ -47,10 +57,33 @@ impl Header {
         };
         HEADER + self.key_len as usize + body
     }
+
+    /// How far segment `seg` was synced when this record was encoded, as it says
+    /// (0 when it says nothing about that segment).
+    pub fn synced_in(&self, seg: u32) -> u64 {
+        match self.mark_seg != 0 && self.mark_seg == seg & 0xFF_FFFF {
+            true => self.mark_off as u64,
+            false => 0,
+        }
+    }
 }
 
-/// Append one record to `out`.
-pub fn encode(out: &mut Vec<u8>, kind: Kind, flags: u8, seq: u64, key: &[u8], value: &[u8]) {
+fn put_mark(out: &mut [u8], start: usize, mark: u64) {
+    let seg = ((mark >> 32) as u32 & 0xFF_FFFF).to_le_bytes();
+    out[start + 9..start + 12].copy_from_slice(&seg[..3]);
+    out[start + 28..start + 32].copy_from_slice(&(mark as u32).to_le_bytes());
+}
+
+/// Append one record to `out`, carrying the durable `mark` (see [`mark`]; 0: none).
+pub fn encode(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    flags: u8,
+    seq: u64,
+    key: &[u8],
+    value: &[u8],
+    mark: u64,
+) {
     let start = out.len();
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(&MAGIC.to_le_bytes());
@@ -62,6 +95,7 @@ pub fn encode(out: &mut Vec<u8>, kind: Kind, flags: u8, seq: u64, key: &[u8], va
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
     out.extend_from_slice(&[0u8; 4]);
+    put_mark(out, start, mark);
     out.extend_from_slice(key);
     if kind != Kind::Commit {
         out.extend_from_slice(value);
@@ -71,7 +105,7 @@ pub fn encode(out: &mut Vec<u8>, kind: Kind, flags: u8, seq: u64, key: &[u8], va
 }
 
 /// A COMMIT record closing a batch of `count` records with sequence `seq`.
-pub fn encode_commit(out: &mut Vec<u8>, seq: u64, count: u32) {
+pub fn encode_commit(out: &mut Vec<u8>, seq: u64, count: u32, mark: u64) {
     let start = out.len();
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(&MAGIC.to_le_bytes());
@@ -83,6 +117,7 @@ pub fn encode_commit(out: &mut Vec<u8>, seq: u64, count: u32) {
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&[0u8; 4]);
+    put_mark(out, start, mark);
     let crc = crc32c::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
 }
@@ -127,6 +162,8 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Bad> {
         key_len,
         val_len,
         seq,
+        mark_seg: u32::from_le_bytes([buf[9], buf[10], buf[11], 0]),
+        mark_off: u32::from_le_bytes(buf[28..32].try_into().expect("4")),
     })
 }
 
@@ -149,17 +186,41 @@ mod tests {
     #[test]
     fn roundtrip() {
         let mut v = Vec::new();
-        encode(&mut v, Kind::Put, 0, 7, b"key", b"value");
+        encode(&mut v, Kind::Put, 0, 7, b"key", b"value", 0);
         let h = parse_header(&v).unwrap();
         assert_eq!(h.kind, Kind::Put);
         assert_eq!(h.seq, 7);
+        assert_eq!(
+            (h.synced_in(1), h.synced_in(0)),
+            (0, 0),
+            "no mark: no claim"
+        );
         assert_eq!(h.total(), v.len());
         assert!(check(&v).is_ok());
         v[HEADER] ^= 1;
         assert_eq!(check(&v), Err(Bad::Crc));
         let mut c = Vec::new();
-        encode_commit(&mut c, 9, 3);
+        encode_commit(&mut c, 9, 3, 0);
         let h = parse_header(&c).unwrap();
         assert_eq!((h.kind, h.val_len, h.total()), (Kind::Commit, 3, HEADER));
+    }
+
+    #[test]
+    fn durable_marks() {
+        let mut v = Vec::new();
+        encode(&mut v, Kind::Put, 0, 7, b"k", b"v", mark(0x0123_4567, 5000));
+        encode_commit(&mut v, 8, 1, mark(3, u64::MAX));
+        let h = parse_header(&v).unwrap();
+        assert!(check(&v[..h.total()]).is_ok());
+        // the segment it is about (24 bits of its id), and only that one
+        assert_eq!(h.synced_in(0x0123_4567), 5000);
+        assert_eq!(h.synced_in(0x0023_4567), 5000);
+        assert_eq!(h.synced_in(0x0123_4568), 0);
+        let c = parse_header(&v[h.total()..]).unwrap();
+        assert_eq!(c.synced_in(3), u32::MAX as u64, "a bound, saturated");
+        assert!(
+            mark(2, 0) > mark(1, u32::MAX as u64),
+            "later segments mark higher"
+        );
     }
 }

@@ -525,6 +525,9 @@ pub struct Store {
     /// an "absent" answer, a listing or a compaction is trusted (see snapshot.rs).
     index_check: Option<Arc<snapshot::Check>>,
     /// durable group commits written (each one write + one fdatasync)
+    /// The durable mark ([`record::mark`]): how far the active segment is known
+    /// fdatasynced. Every record encoded carries it.
+    durable: AtomicU64,
     group_commits: AtomicU64,
     /// `warm_up` ran (it starts its reading at most once per open).
     warm_started: AtomicBool,
@@ -1140,6 +1143,11 @@ impl Store {
         rec.elapsed = t0.elapsed();
         let next_id = segs.keys().last().copied().unwrap_or(0) + 1;
         let act_size = act.size.load(Ordering::Relaxed);
+        // (what INDEX recorded of the active segment was synced before it was written)
+        let durable = match synced.get(&active) {
+            Some(&n) => record::mark(active, n.min(act_size)),
+            None => 0,
+        };
         Ok(Store {
             dir: dir.to_path_buf(),
             lock_fd,
@@ -1172,6 +1180,7 @@ impl Store {
             loaded,
             index_check,
             group_commits: AtomicU64::new(0),
+            durable: AtomicU64::new(durable),
             warm_started: AtomicBool::new(false),
             overlay_pending: AtomicBool::new(overlay_pending),
             warm_running: AtomicBool::new(false),
@@ -1428,11 +1437,25 @@ impl Store {
                 Err(record::Bad::Short) => Some("short record".to_string()),
                 Err(e) => Some(format!("{e:?}")),
             };
-            if let Some(why) = bad {
+            if let Some(mut why) = bad {
                 // torn tail: truncated below. In an older segment only a tail of zeros
                 // is not corruption: the appender's pre-fill or fallocate, whose cut at
-                // the roll a crash of the machine undid.
-                if (newest && off as u64 >= synced) || garbage_after(fd, off as u64, size)? == 0 {
+                // the roll a crash of the machine undid. Not torn either: bytes below
+                // what INDEX recorded as synced, or what a later record says was synced
+                // when it was written (its durable mark) — that is damage.
+                let torn = newest
+                    && off as u64 >= synced
+                    && match Self::synced_claim(data, off, id) {
+                        Some((at, n)) => {
+                            why += &format!(
+                                ": not a torn tail, the record at offset {at} says the \
+                                 first {n} bytes were synced"
+                            );
+                            false
+                        }
+                        None => true,
+                    };
+                if torn || garbage_after(fd, off as u64, size)? == 0 {
                     break;
                 }
                 if !repair {
@@ -1514,6 +1537,36 @@ impl Store {
             }
         }
         Ok((end as u64, max_seq))
+    }
+
+    /// The first valid record of segment `id` after the bad bytes at `bad` whose durable
+    /// mark says they were synced before it was written (its offset, and the mark): it
+    /// makes them damage, not a write a crash tore. None where no record says so.
+    fn synced_claim(data: &[u8], bad: usize, id: u32) -> Option<(usize, u64)> {
+        let magic = record::MAGIC.to_le_bytes();
+        let mut p = bad + 1;
+        while p + HEADER <= data.len() {
+            // (skip to the next place a header's magic could be: zeros go by fast)
+            match data[p + 4..].windows(2).position(|w| w == magic) {
+                Some(i) => p += i,
+                None => return None,
+            }
+            if p + HEADER > data.len() {
+                return None;
+            }
+            let rec = record::parse_header(&data[p..])
+                .ok()
+                .map(|h| (h, h.total()))
+                .filter(|(_, t)| p + t <= data.len() && record::check(&data[p..p + t]).is_ok());
+            match rec {
+                Some((h, _)) if h.synced_in(id) > bad as u64 => {
+                    return Some((p, h.synced_in(id)));
+                }
+                Some((_, t)) => p += t,
+                None => p += 1,
+            }
+        }
+        None
     }
 
     /// Index replayed records in order, hashing them all first and warming the table a
@@ -1755,21 +1808,24 @@ impl Store {
         let start = out.len();
         let mut updates = Vec::with_capacity(ops.len());
         let flags = if atomic { FLAG_BATCH } else { 0 };
+        // what is known durable now (records land after it, in that segment or a later
+        // one, where the mark says nothing): tells damage from a torn tail at open
+        let mark = self.durable.load(Ordering::Acquire);
         for (k, v) in ops {
             let at = (out.len() - start) as u64;
             match v {
                 Some(v) => {
-                    record::encode(out, Kind::Put, flags, seq, k, v);
+                    record::encode(out, Kind::Put, flags, seq, k, v, mark);
                     updates.push((k.len() as u32, Kind::Put, v.len() as u32, at));
                 }
                 None => {
-                    record::encode(out, Kind::Delete, flags, seq, k, b"");
+                    record::encode(out, Kind::Delete, flags, seq, k, b"", mark);
                     updates.push((k.len() as u32, Kind::Delete, 0, at));
                 }
             }
         }
         if atomic {
-            record::encode_commit(out, seq, ops.len() as u32);
+            record::encode_commit(out, seq, ops.len() as u32, mark);
         }
         Ok((seq, updates))
     }
@@ -2159,6 +2215,7 @@ impl Store {
                 drop(st);
                 c.write_off = inf.off + total;
                 self.flushed.store(c.write_off, Ordering::Release);
+                self.note_synced(inf.seg_id, c.write_off);
                 c.unsynced = 0;
                 c.last_sync = Instant::now();
                 self.group_commits.fetch_add(1, Ordering::Relaxed);
@@ -2445,6 +2502,8 @@ impl Store {
                 if let Some(a) = c.appender.as_mut() {
                     a.sync()?;
                 }
+                let active = self.state.read().expect("state").active;
+                self.note_synced(active, c.write_off);
                 c.unsynced = 0;
                 c.last_sync = Instant::now();
             }
@@ -2469,6 +2528,9 @@ impl Store {
                         Self::index_records(&mut st, at, &data[s.from..], &s.updates);
                     }
                     Self::settle_overlay(&mut st, c.write_off);
+                    if sync {
+                        self.note_synced(st.active, c.write_off);
+                    }
                 }
                 if sync {
                     c.unsynced = 0;
@@ -2526,7 +2588,11 @@ impl Store {
         for g in group {
             buf.extend_from_slice(&g.bytes);
         }
-        if let Err(e) = app.append(&buf, off, sync) {
+        let res = app.append(&buf, off, sync);
+        if res.is_ok() && sync {
+            self.note_synced(seg_id, off + total);
+        }
+        if let Err(e) = res {
             // Whatever part reached the file is garbage: cut it off again.
             // SAFETY: seg.fd is open for writing.
             unsafe { libc::ftruncate(seg.fd, off as i64) };
@@ -2590,6 +2656,12 @@ impl Store {
             app.set_active(Some(seg.clone()));
         }
         Ok((id, seg))
+    }
+
+    /// Segment `seg` is fdatasynced up to `end`: records encoded from now on say so.
+    fn note_synced(&self, seg: u32, end: u64) {
+        self.durable
+            .fetch_max(record::mark(seg, end), Ordering::AcqRel);
     }
 
     /// Make everything written so far durable (for durability="none"/"batch").
@@ -3141,7 +3213,7 @@ impl Store {
         for (k, l, seg) in &snapshot {
             let v = Self::read_value(seg, *l, k)?;
             buf.clear();
-            record::encode(&mut buf, Kind::Put, 0, l.seq, k, &v);
+            record::encode(&mut buf, Kind::Put, 0, l.seq, k, &v, 0);
             let need_new = match &cur {
                 None => true,
                 Some((_, _, size, _)) => size + buf.len() as u64 > self.opts.segment_size,
@@ -3539,8 +3611,8 @@ mod tests {
         }
         // an incomplete batch (no COMMIT) and half a record
         let mut tail = Vec::new();
-        record::encode(&mut tail, Kind::Put, FLAG_BATCH, 99, b"b1", b"v");
-        record::encode(&mut tail, Kind::Put, 0, 100, b"torn", b"value");
+        record::encode(&mut tail, Kind::Put, FLAG_BATCH, 99, b"b1", b"v", 0);
+        record::encode(&mut tail, Kind::Put, 0, 100, b"torn", b"value", 0);
         tail.truncate(tail.len() - 3);
         let mut f = fs::OpenOptions::new().append(true).open(&seg).unwrap();
         use std::io::Write;
@@ -3845,6 +3917,68 @@ mod tests {
         assert_eq!(s.recovery.torn_bytes, 0);
         assert_eq!(s.recovery.skipped.len(), 1);
         assert_eq!(s.len(), 1999, "only the damaged record is lost");
+    }
+
+    #[test]
+    fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
+        // no INDEX to say how far the newest segment was synced: the durable marks of
+        // the records after the damage do
+        let no_index = Options {
+            index_snapshot: false,
+            ..opts()
+        };
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), no_index.clone()).unwrap();
+        for i in 0..20u8 {
+            s.put(&[b'k', i], &[i; 100]).unwrap();
+        }
+        drop(s);
+        assert!(!d.path().join(snapshot::FILE).exists());
+        let path = d.path().join(seg_name(1));
+        let offs = record_offsets(&path);
+        let mut data = fs::read(&path).unwrap();
+        data[offs[5] as usize + HEADER + 3] ^= 0x10;
+        fs::write(&path, &data).unwrap();
+        let e = Store::open(d.path(), no_index.clone())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&format!("offset {}", offs[5])) && e.contains("not a torn tail"),
+            "{e}"
+        );
+        let s = Store::open(
+            d.path(),
+            Options {
+                repair: true,
+                ..no_index.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(s.recovery.torn_bytes, 0);
+        assert_eq!(s.len(), 19, "only the damaged record is lost");
+        drop(s);
+        // a torn tail is still one: records that were never synced say nothing
+        let d = tempfile::tempdir().unwrap();
+        let unsynced = Options {
+            durability: Durability::None,
+            ..no_index.clone()
+        };
+        let s = Store::open(d.path(), unsynced.clone()).unwrap();
+        s.put(b"first", b"1").unwrap();
+        s.sync().unwrap();
+        for i in 0..10u8 {
+            s.put(&[b'u', i], &[i; 100]).unwrap();
+        }
+        drop(s);
+        let path = d.path().join(seg_name(1));
+        let offs = record_offsets(&path);
+        let mut data = fs::read(&path).unwrap();
+        data[offs[3] as usize + HEADER + 3] ^= 0x10;
+        fs::write(&path, &data).unwrap();
+        let s = Store::open(d.path(), unsynced).unwrap();
+        assert!(s.recovery.torn_bytes > 0);
+        assert_eq!(s.len(), 3, "cut back to the last record before the tear");
     }
 
     #[test]
