@@ -24,14 +24,17 @@ from uringkit import kv
 
 class Base:
     """A store over 19 segments of 64 KiB: puts, overwrites, deletes and batches, the
-    first half compacted (segments with hint files), closed (INDEX written)."""
+    first half compacted (segments with hint files), closed (INDEX written, unless
+    `index_snapshot` is off: then only the records' durable marks say what was synced)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durability: str, index_snapshot: bool) -> None:
         rng = random.Random(1)
         self.path = path
+        self.durability, self.index_snapshot = durability, index_snapshot
         self.hist: dict[bytes, set[bytes]] = {}  # every value each key ever had
         self.last: dict[bytes, bytes] = {}
-        with kv.open(path, durability="none", segment_size=64 << 10) as db:
+        opts: dict[str, Any] = {"segment_size": 64 << 10, "index_snapshot": index_snapshot}
+        with kv.open(path, durability=durability, **opts) as db:
             for i in range(3000):
                 k = b"k%05d" % rng.randrange(1500)
                 r = rng.random()
@@ -59,9 +62,10 @@ class Base:
         self.last[k] = v
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
-    return Base(tmp_path_factory.mktemp("damage") / "base")
+@pytest.fixture(scope="module", params=[("none", True), ("sync", False)], ids=str)
+def base(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Base:
+    durability, index_snapshot = request.param
+    return Base(tmp_path_factory.mktemp("damage") / "base", durability, index_snapshot)
 
 
 def damage(d: Path, rng: random.Random) -> str:
@@ -122,7 +126,12 @@ def test_random_damage_is_refused_or_reported_never_served(
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 try:
-                    db = kv.open(t, durability="none", repair=repair)
+                    db = kv.open(
+                        t,
+                        durability=base.durability,
+                        repair=repair,
+                        index_snapshot=base.index_snapshot,
+                    )
                 except OSError as e:
                     assert not repair, f"{ctx}: repair could not open: {e}"
                     assert ".seg" in str(e) or "INDEX" in str(e), f"{ctx}: {e}"

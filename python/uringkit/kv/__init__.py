@@ -353,8 +353,9 @@ def open(  # noqa: A001
 
     Closing writes the whole index to `INDEX` (about 46 MB and ~60 ms per million
     16-byte keys) so that the next open maps it instead of rebuilding it (~20-40 ms
-    instead of ~0.3 s per million keys); `index_snapshot=False` skips both (and removes
-    an old snapshot at close).
+    instead of ~0.3 s per million keys); `index_snapshot=False` skips both (closing then
+    writes only INDEX's header, the list of segments and their sizes, so that one cut
+    short or removed outside the store is still found at open).
 
     `warm=True` (the default): when a multi_get finds values that are not in the page
     cache, the store's segments are read in by a background thread (once per open, 4 MiB

@@ -311,26 +311,71 @@ pub fn write(
     let arena_off = round_up(slots_off + p.slots.len() as u64);
     let file_len = arena_off + arena_len;
     let crc_arena = crc32c::crc32c_append(crc32c::crc32c(p.arena[0]), p.arena[1]);
-    let mut head = Vec::with_capacity(head_len as usize);
+    let head = head_bytes(
+        [p.seed, p.check, seq],
+        active,
+        [
+            active_off, buckets, p.items, p.deleted, arena_len, p.dead, ctrl_off, slots_off,
+            arena_off, file_len,
+        ],
+        [crc32c::crc32c(p.ctrl), crc32c::crc32c(p.slots), crc_arena],
+        segs,
+    );
+    debug_assert_eq!(head.len() as u64, head_len);
+    install(
+        dir,
+        &[
+            (0, &head[..]),
+            (ctrl_off, p.ctrl),
+            (slots_off, p.slots),
+            (arena_off, p.arena[0]),
+            (arena_off + p.arena[0].len() as u64, p.arena[1]),
+        ],
+    )
+}
+
+/// Write an `INDEX` of the header alone: what the segments held (sizes, the active
+/// one's synced end), no table — for a store that keeps no snapshot, so that a
+/// segment cut short or removed outside it is still found at open ([`recorded`]). Its
+/// table of 0 buckets is one that [`load`] (of every version) declines: the index is
+/// rebuilt from the segments.
+pub fn write_segments(
+    dir: &Path,
+    seq: u64,
+    active: u32,
+    active_off: u64,
+    segs: &[(u32, SnapSeg)],
+) -> io::Result<()> {
+    let file_len = (FIXED + segs.len() * 24 + 4) as u64;
+    let mut fields = [0u64; 10];
+    fields[0] = active_off;
+    fields[9] = file_len;
+    let head = head_bytes([0, 0, seq], active, fields, [0; 3], segs);
+    install(dir, &[(0, &head[..])])
+}
+
+/// `INDEX`'s header: magic, version, (seed, check, seq), the active segment, the
+/// segment count, (active_off, buckets, items, deleted, arena_len, dead, ctrl_off,
+/// slots_off, arena_off, file_len), the sections' CRCs, the segments, its own CRC.
+fn head_bytes(
+    ids: [u64; 3],
+    active: u32,
+    fields: [u64; 10],
+    crcs: [u32; 3],
+    segs: &[(u32, SnapSeg)],
+) -> Vec<u8> {
+    let mut head = Vec::with_capacity(FIXED + segs.len() * 24 + 4);
     head.extend_from_slice(MAGIC);
     head.extend_from_slice(&VERSION.to_le_bytes());
-    for v in [p.seed, p.check, seq] {
+    for v in ids {
         head.extend_from_slice(&v.to_le_bytes());
     }
     head.extend_from_slice(&active.to_le_bytes());
     head.extend_from_slice(&(segs.len() as u32).to_le_bytes());
-    for v in [
-        active_off, buckets, p.items, p.deleted, arena_len, p.dead, ctrl_off, slots_off, arena_off,
-        file_len,
-    ] {
+    for v in fields {
         head.extend_from_slice(&v.to_le_bytes());
     }
-    for v in [
-        crc32c::crc32c(p.ctrl),
-        crc32c::crc32c(p.slots),
-        crc_arena,
-        0,
-    ] {
+    for v in [crcs[0], crcs[1], crcs[2], 0] {
         head.extend_from_slice(&v.to_le_bytes());
     }
     for (id, s) in segs {
@@ -341,18 +386,16 @@ pub fn write(
     }
     let crc = crc32c::crc32c(&head);
     head.extend_from_slice(&crc.to_le_bytes());
-    debug_assert_eq!(head.len() as u64, head_len);
+    head
+}
+
+/// Write `parts` (file offset, bytes; in order, zeros between) to `INDEX` atomically.
+fn install(dir: &Path, parts: &[(u64, &[u8])]) -> io::Result<()> {
     let tmp = dir.join(format!("{FILE}.tmp"));
     let mut f = io::BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?);
     let zeros = vec![0u8; ALIGN as usize];
     let mut at = 0u64;
-    for (off, part) in [
-        (0, &head[..]),
-        (ctrl_off, p.ctrl),
-        (slots_off, p.slots),
-        (arena_off, p.arena[0]),
-        (arena_off + p.arena[0].len() as u64, p.arena[1]),
-    ] {
+    for &(off, part) in parts {
         f.write_all(&zeros[..(off - at) as usize])?;
         f.write_all(part)?;
         at = off + part.len() as u64;

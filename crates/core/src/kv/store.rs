@@ -907,8 +907,9 @@ impl Store {
                 active_off: s.active_off,
                 segs: s.segs.clone(),
             }),
-            None if opts.repair || !opts.index_snapshot => snapshot::recorded(dir)?,
-            None => None,
+            // (also from an INDEX not loaded: turned off, damaged, or the header alone
+            // that a store without snapshots writes)
+            None => snapshot::recorded(dir)?,
         };
         let mut cut: Vec<(u32, String)> = Vec::new();
         // per segment: the length below which its records were complete and synced
@@ -3394,10 +3395,25 @@ impl Store {
         // else holds the store anyway)
         let mut st = self.state.write().expect("state");
         st.index.merge_overlay();
+        let segs = Self::synced_segments(&st, end)?;
+        snapshot::write(&self.dir, &st.index, st.seq, st.active, end, &segs)
+    }
+
+    /// A store that keeps no index snapshot still records, at close, what its segments
+    /// hold (`INDEX` of the header alone): a segment cut short or removed outside the
+    /// store is then an error at the next open, not keys gone without a word.
+    fn write_segment_list(&self, end: u64) -> io::Result<()> {
+        let st = self.state.read().expect("state");
+        let segs = Self::synced_segments(&st, end)?;
+        snapshot::write_segments(&self.dir, st.seq, st.active, end, &segs)
+    }
+
+    /// Every segment with its size (the active one's: `end`), each fdatasynced first:
+    /// what INDEX records must never be more than the disk has (cheap for segments
+    /// already synced).
+    fn synced_segments(st: &State, end: u64) -> io::Result<Vec<(u32, SnapSeg)>> {
         let mut segs = Vec::with_capacity(st.segs.len());
         for (id, seg) in &st.segs {
-            // the snapshot must never point at data the disk may not have (cheap for
-            // segments already synced)
             // SAFETY: seg.fd is open.
             if unsafe { libc::fdatasync(seg.fd) } != 0 {
                 return Err(io::Error::last_os_error());
@@ -3410,7 +3426,7 @@ impl Store {
             let dead = seg.dead.load(Ordering::Relaxed);
             segs.push((*id, SnapSeg { size, dead }));
         }
-        snapshot::write(&self.dir, &st.index, st.seq, st.active, end, &segs)
+        Ok(segs)
     }
 
     pub fn dir(&self) -> &Path {
@@ -3432,8 +3448,11 @@ impl Drop for Store {
                 // best effort: without a snapshot the next open rebuilds the index
                 let _ = self.write_snapshot(end);
             } else if !self.opts.index_snapshot {
-                // an older snapshot would go stale as the store changes: drop it
-                let _ = snapshot::remove(&self.dir);
+                // an older snapshot would go stale as the store changes: replaced by
+                // the list of segments alone (or dropped, if that cannot be written)
+                if !flushed || self.write_segment_list(end).is_err() {
+                    let _ = snapshot::remove(&self.dir);
+                }
             }
             if let Ok(mut st) = self.state.write() {
                 st.index.detach(); // (a closed store's overlay is in INDEX, if anywhere)
@@ -3933,7 +3952,14 @@ mod tests {
             s.put(&[b'k', i], &[i; 100]).unwrap();
         }
         drop(s);
-        assert!(!d.path().join(snapshot::FILE).exists());
+        let header_only = fs::metadata(d.path().join(snapshot::FILE)).unwrap().len();
+        assert!(
+            header_only < 512,
+            "INDEX holds the segments only: {header_only}"
+        );
+        // (gone, as when the writer is killed after it reopened the store: then nothing
+        // but the marks says how far the segment was synced)
+        snapshot::remove(d.path()).unwrap();
         let path = d.path().join(seg_name(1));
         let offs = record_offsets(&path);
         let mut data = fs::read(&path).unwrap();
@@ -3971,6 +3997,7 @@ mod tests {
             s.put(&[b'u', i], &[i; 100]).unwrap();
         }
         drop(s);
+        snapshot::remove(d.path()).unwrap();
         let path = d.path().join(seg_name(1));
         let offs = record_offsets(&path);
         let mut data = fs::read(&path).unwrap();
@@ -3979,6 +4006,61 @@ mod tests {
         let s = Store::open(d.path(), unsynced).unwrap();
         assert!(s.recovery.torn_bytes > 0);
         assert_eq!(s.len(), 3, "cut back to the last record before the tear");
+    }
+
+    #[test]
+    fn a_store_without_snapshots_still_finds_segments_cut_or_removed() {
+        let no_index = Options {
+            index_snapshot: false,
+            ..opts()
+        };
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), no_index.clone()).unwrap();
+        for i in 0..3000u32 {
+            s.put(&i.to_le_bytes(), &[7; 100]).unwrap();
+        }
+        drop(s);
+        let ids: Vec<u32> = Store::list_dir(d.path())
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.strip_suffix(".seg")?.parse().ok())
+            .collect();
+        assert!(ids.len() > 3);
+        // both ways of opening read the list; the index itself comes from the segments
+        for o in [no_index.clone(), opts()] {
+            let s = Store::open(d.path(), o).unwrap();
+            assert!(!s.recovery.from_snapshot);
+            assert_eq!(s.len(), 3000);
+        }
+        let s = Store::open(d.path(), no_index.clone()).unwrap();
+        drop(s);
+        for remove in [false, true] {
+            let c = copy_without_lock(d.path());
+            let seg = c.path().join(seg_name(2));
+            match remove {
+                true => fs::remove_file(&seg).unwrap(),
+                false => {
+                    let f = fs::OpenOptions::new().write(true).open(&seg).unwrap();
+                    let offs = record_offsets(&seg);
+                    f.set_len(offs[offs.len() / 2]).unwrap();
+                }
+            }
+            let e = Store::open(c.path(), no_index.clone()).err().unwrap();
+            let e = e.to_string();
+            assert!(
+                e.contains(&seg_name(2)) && e.contains("INDEX recorded"),
+                "{e}"
+            );
+            let s = Store::open(
+                c.path(),
+                Options {
+                    repair: true,
+                    ..no_index.clone()
+                },
+            )
+            .unwrap();
+            assert!(s.len() < 3000 && !s.recovery.skipped.is_empty());
+        }
     }
 
     #[test]
