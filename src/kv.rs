@@ -164,7 +164,7 @@ impl KvStore {
     #[new]
     #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
         repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true,
-        warm=true, sqpoll=false))]
+        warm=true, sqpoll=false, read_only=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -180,6 +180,7 @@ impl KvStore {
         index_snapshot: bool,
         warm: bool,
         sqpoll: bool,
+        read_only: bool,
     ) -> PyResult<Self> {
         let durability = match durability {
             "sync" => Durability::Sync,
@@ -212,6 +213,7 @@ impl KvStore {
             // (see Store::relay_one; URINGKIT_KV_RELAY=0 wakes a whole group at once)
             relay: std::env::var("URINGKIT_KV_RELAY").map_or(true, |v| v != "0"),
             sqpoll,
+            read_only,
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_flusher(&store);

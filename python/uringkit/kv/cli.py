@@ -16,7 +16,11 @@ EXAMPLES = """examples:
   uringkit kv compact /data/store
   uringkit kv check /data/store
   uringkit kv stats /data/store --json
-  uringkit kv bench --quick"""
+  uringkit kv bench --quick
+
+get, scan, check and stats open the store read-only (read_only=True): they work beside
+the process that has it open for writing, and see it as it is when they start.
+put, delete, compact and --repair need the writer's open."""
 
 
 def _b(s: str, hexa: bool) -> bytes:
@@ -83,7 +87,10 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     h = a.hex
     try:
-        with kv_open(a.path, create=a.cmd == "put", repair=getattr(a, "repair", False)) as db:
+        repair = getattr(a, "repair", False)
+        read_only = a.cmd in ("get", "scan", "check", "stats") and not repair
+        opts = {"create": a.cmd == "put", "repair": repair, "read_only": read_only}
+        with kv_open(a.path, **opts) as db:
             if a.cmd == "put":
                 db.put(_b(a.key, h), _b(a.value, h))
             elif a.cmd == "get":

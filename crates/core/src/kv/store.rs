@@ -51,6 +51,10 @@ pub struct Options {
     /// (IORING_SETUP_SQPOLL): submitting an append is a store to shared memory, no
     /// system call, while the thread is awake (it sleeps after `SQPOLL_IDLE_MS` idle).
     pub sqpoll: bool,
+    /// Open without the writer's lock, alongside a live writer or none: the store as it
+    /// is at open, nothing in the directory changed (no torn tail cut, no compaction
+    /// finished, no `INDEX` written), every write refused.
+    pub read_only: bool,
 }
 
 impl Default for Options {
@@ -66,6 +70,7 @@ impl Default for Options {
             warm: true,
             relay: false,
             sqpoll: false,
+            read_only: false,
         }
     }
 }
@@ -702,6 +707,8 @@ pub use crate::sys::fileio::pread_full as pread_exact;
 struct ReadMap {
     ptr: *const u8,
     len: usize,
+    /// or a copy of the file's first bytes, read with pread (see [`ReadMap::copied`])
+    copy: Vec<u8>,
 }
 
 impl ReadMap {
@@ -710,10 +717,7 @@ impl ReadMap {
     /// to `until`.
     fn new(fd: i32, len: usize, from: usize, until: usize) -> io::Result<ReadMap> {
         if len == 0 {
-            return Ok(ReadMap {
-                ptr: std::ptr::null(),
-                len: 0,
-            });
+            return Ok(Self::copied(fd, 0));
         }
         let whole = from == 0 && until >= len;
         // SAFETY: mapping `len` bytes of an open fd read-only; checked for MAP_FAILED.
@@ -752,12 +756,27 @@ impl ReadMap {
         Ok(ReadMap {
             ptr: p as *const u8,
             len,
+            copy: Vec::new(),
         })
+    }
+
+    /// The first `len` bytes of `fd`, copied (as many as there are): for a file another
+    /// process may cut shorter meanwhile — a live writer's active segment, whose zero
+    /// tail it cuts when it moves on — where a mapping would raise SIGBUS.
+    fn copied(fd: i32, len: usize) -> ReadMap {
+        let mut copy = vec![0u8; len];
+        let n = pread_exact(fd, &mut copy, 0).unwrap_or(0);
+        copy.truncate(n);
+        ReadMap {
+            ptr: std::ptr::null(),
+            len: 0,
+            copy,
+        }
     }
 
     fn bytes(&self) -> &[u8] {
         if self.len == 0 {
-            return &[];
+            return &self.copy;
         }
         // SAFETY: ptr maps exactly len readable bytes for as long as self lives; the file is
         // not truncated while it is mapped (recovery truncates only after unmapping).
@@ -788,8 +807,43 @@ type Replayed<'a> = (&'a [u8], Kind, u32, (u32, u64, u64, u64));
 /// A compaction output being written: (id, fd, size, index entries for its hint file).
 type NewSeg = (u32, i32, u64, Vec<(Vec<u8>, Loc)>);
 
+/// A segment for [`Store::replay`] to read, from `from`.
+#[derive(Clone, Copy)]
+struct Scan {
+    id: u32,
+    fd: i32,
+    from: u64,
+    /// the segment being appended to: a bad record at its end is a torn tail
+    newest: bool,
+    repair: bool,
+    /// a killed writer's live overlay covers the segment up to `from`
+    zeros_end_it: bool,
+    /// the length below which its records were synced (INDEX recorded it)
+    synced: u64,
+    /// leave the file as it is (a torn tail is not cut: a live writer may be writing it)
+    read_only: bool,
+}
+
 impl Store {
     pub fn open(dir: &Path, opts: Options) -> io::Result<Store> {
+        if !opts.read_only {
+            return Self::open_once(dir, opts);
+        }
+        // A live writer's compaction may delete a segment between the listing and its
+        // opening (once open, an unlinked file stays readable): list again.
+        let mut tries = 0;
+        loop {
+            match Self::open_once(dir, opts.clone()) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 8 && dir.exists() => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(1 << tries.min(5)));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn open_once(dir: &Path, opts: Options) -> io::Result<Store> {
         let t0 = Instant::now();
         if opts.segment_size < 4096 || opts.segment_size > 2 << 30 {
             return Err(err(
@@ -808,10 +862,33 @@ impl Store {
                     .into(),
             ));
         }
+        if opts.read_only && opts.repair {
+            return Err(err(
+                io::ErrorKind::InvalidInput,
+                "repair=True rewrites the store: it needs the writer's open, not \
+                 read_only=True"
+                    .into(),
+            ));
+        }
+        let ro = opts.read_only;
         // (opening LOCK is also how a missing directory is found: one path walk less)
         let lock_path = dir.join("LOCK");
-        let lock_fd = match open_fd(&lock_path, libc::O_RDWR | libc::O_CREAT) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !dir.exists() => {
+        let lock_fd = match ro {
+            // (read-only: no lock taken, nothing created; the fd held is the directory's)
+            true => open_fd(dir, libc::O_RDONLY | libc::O_DIRECTORY).map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => err(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "{}: no such store (read_only=True creates nothing)",
+                        dir.display()
+                    ),
+                ),
+                _ => e,
+            }),
+            false => open_fd(&lock_path, libc::O_RDWR | libc::O_CREAT),
+        };
+        let lock_fd = match lock_fd {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !dir.exists() && !ro => {
                 if !opts.create {
                     return Err(err(
                         io::ErrorKind::NotFound,
@@ -826,7 +903,7 @@ impl Store {
         let mapped_ok = mapped_writes_safe(dir);
         let kind = ActiveKind::for_store(mapped_ok, &opts);
         // SAFETY: flock on our fd; the lock dies with the process.
-        if unsafe { libc::flock(lock_fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if !ro && unsafe { libc::flock(lock_fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             // SAFETY: fd is ours.
             unsafe { libc::close(lock_fd) };
             return Err(err(
@@ -853,22 +930,35 @@ impl Store {
         // (the listing says whether a compaction is to be finished and which segments
         // have hint files: no lookup of each name that may not exist)
         let mut names = Self::list_dir(dir)?;
+        // (read-only: the segments a committed compaction retired are left out, not
+        // deleted — the writer finishes that)
+        let mut retired: Vec<u32> = Vec::new();
         if names.iter().any(|n| n == COMPACT_MARKER) {
-            Self::finish_compaction(dir)?;
-            names = Self::list_dir(dir)?;
+            match ro {
+                true => {
+                    let text = fs::read_to_string(dir.join(COMPACT_MARKER));
+                    retired = Self::compaction_retired(&text.unwrap_or_default());
+                }
+                false => {
+                    Self::finish_compaction(dir)?;
+                    names = Self::list_dir(dir)?;
+                }
+            }
         }
         let mut ids: Vec<u32> = Vec::new();
         let mut hints: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
         for name in &names {
             if let Some(id) = name.strip_suffix(".seg").and_then(|s| s.parse().ok()) {
-                ids.push(id);
+                if !retired.contains(&id) {
+                    ids.push(id);
+                }
             }
             if let Some(id) = name.strip_suffix(".hint").and_then(|s| s.parse().ok()) {
                 if *name == hint_name(id) {
                     hints.insert(id);
                 }
             }
-            if name.ends_with(".tmp") {
+            if name.ends_with(".tmp") && !ro {
                 let _ = fs::remove_file(dir.join(name));
             }
         }
@@ -883,7 +973,9 @@ impl Store {
             .collect();
         for id in orphans {
             hints.remove(&id);
-            let _ = fs::remove_file(dir.join(hint_name(id)));
+            if !ro {
+                let _ = fs::remove_file(dir.join(hint_name(id)));
+            }
         }
         let hinted = |id: u32| hints.contains(&id);
         // The segment that was being appended to: the newest one without a hint file
@@ -894,7 +986,9 @@ impl Store {
             sizes.insert(id, fs::metadata(dir.join(seg_name(id)))?.len());
         }
         // repair rescans everything: the snapshot may point at the damage
-        let snap = match opts.repair || !opts.index_snapshot {
+        // (read-only: not loaded either — its verification removes a damaged one — but
+        // its header is read for the sizes it recorded, below)
+        let snap = match opts.repair || !opts.index_snapshot || ro {
             true => None,
             false => snapshot::load(dir)?,
         };
@@ -919,7 +1013,9 @@ impl Store {
         // carry hint files, are then segments INDEX does not list)
         let stale = |segs: &[(u32, SnapSeg)]| hints.iter().any(|h| !segs.iter().any(|s| s.0 == *h));
         if let Some(r) = recorded.as_ref().filter(|r| !stale(&r.segs)) {
-            for (id, s) in &r.segs {
+            // (a segment a committed compaction retired is not missing: read-only opens
+            // leave it out instead of finishing the compaction)
+            for (id, s) in r.segs.iter().filter(|s| !retired.contains(&s.0)) {
                 let want = if *id == r.active {
                     r.active_off
                 } else {
@@ -1028,24 +1124,29 @@ impl Store {
         let mut raw: Vec<(u32, i32, u64, bool)> = Vec::new();
         for &id in &ids {
             let path = dir.join(seg_name(id));
-            let fd = open_fd(&path, libc::O_RDWR)?;
+            let fd = open_fd(&path, if ro { libc::O_RDONLY } else { libc::O_RDWR })?;
             guard.0.push(fd);
             let is_newest = Some(id) == newest;
             let mut scanned = false;
-            let durable = synced.get(&id).copied().unwrap_or(0);
+            let scan = Scan {
+                id,
+                fd,
+                from: 0,
+                newest: is_newest,
+                repair: opts.repair,
+                zeros_end_it: false,
+                synced: synced.get(&id).copied().unwrap_or(0),
+                read_only: opts.read_only,
+            };
             let skipped = rec.skipped.len();
             let (size, s) = if let Some(&size) = known.get(&id) {
                 (size, 0)
             } else if let Some((_, from)) = resume.filter(|r| r.0 == id) {
-                let r = (
-                    id,
-                    fd,
+                let r = Scan {
                     from,
-                    is_newest,
-                    opts.repair,
-                    rec.from_overlay,
-                    durable,
-                );
+                    zeros_end_it: rec.from_overlay,
+                    ..scan
+                };
                 Self::replay(&path, r, &mut index, &mut rec, &mut dead)?
             } else if let Some(r) = hint_files
                 .remove(&id)
@@ -1056,9 +1157,8 @@ impl Store {
                 rec.from_hints += 1;
                 r
             } else {
-                let r = (id, fd, 0, is_newest, opts.repair, false, durable);
                 scanned = true;
-                let r = Self::replay(&path, r, &mut index, &mut rec, &mut dead)?;
+                let r = Self::replay(&path, scan, &mut index, &mut rec, &mut dead)?;
                 if rec.skipped.len() > skipped && hinted(id) {
                     // its hint lists what repair just skipped
                     let _ = fs::remove_file(dir.join(hint_name(id)));
@@ -1076,7 +1176,7 @@ impl Store {
         }
         index.purge_tombstones();
         index.shrink();
-        if !index.is_shared() {
+        if !index.is_shared() && !ro {
             overlay::remove(dir); // (one left by a killed writer and not used is stale)
         }
         let overlay_due = match (shareable, ident, index.is_shared()) {
@@ -1093,9 +1193,13 @@ impl Store {
             .into_iter()
             .map(|(id, fd, size, scanned)| {
                 let d = dead.get(&id).copied().unwrap_or(0).min(size);
-                let seg = match Some(id) == newest {
-                    true => Segment::active(fd, size, d, opts.segment_size, kind),
-                    false => Segment::new(fd, size, d, Some(0)),
+                let seg = match (Some(id) == newest, ro) {
+                    (true, false) => Segment::active(fd, size, d, opts.segment_size, kind),
+                    // read-only: a live writer may cut a failed write off the end of the
+                    // segment it appends to; read with pread, where that is an error
+                    // rather than a SIGBUS through a mapping
+                    (true, true) => Segment::new(fd, size, d, None),
+                    (false, _) => Segment::new(fd, size, d, Some(0)),
                 };
                 seg.verified.store(scanned, Ordering::Relaxed);
                 (id, seg)
@@ -1104,6 +1208,15 @@ impl Store {
         let max_id = ids.last().copied().unwrap_or(0);
         let active = match newest {
             Some(id) if id == max_id => id,
+            // (read-only: no segment is created; the newest stands for the active one)
+            _ if ro && !segs.is_empty() => newest.unwrap_or(max_id),
+            _ if ro => {
+                guard.0.push(lock_fd);
+                return Err(err(
+                    io::ErrorKind::NotFound,
+                    format!("{}: not an xkv store (no segment files)", dir.display()),
+                ));
+            }
             _ => {
                 let id = max_id + 1;
                 let fd = match open_fd(&dir.join(seg_name(id)), libc::O_RDWR | libc::O_CREAT) {
@@ -1121,24 +1234,28 @@ impl Store {
         };
         let act = segs[&active].clone();
         let act_size0 = act.size.load(Ordering::Relaxed);
-        let appender = match Appender::new(
-            act.fd,
-            opts.use_uring,
-            act_size0,
-            opts.durability == Durability::Sync,
-            opts.direct,
-            opts.sqpoll,
-        ) {
-            Ok(a) => a,
-            Err(e) => {
-                guard.0.push(lock_fd);
-                return Err(e);
-            }
+        let appender = match ro {
+            true => None, // (read-only: nothing appends)
+            false => match Appender::new(
+                act.fd,
+                opts.use_uring,
+                act_size0,
+                opts.durability == Durability::Sync,
+                opts.direct,
+                opts.sqpoll,
+            ) {
+                Ok(mut a) => {
+                    if kind != ActiveKind::Plain {
+                        a.set_active(Some(act.clone()));
+                    }
+                    Some(a)
+                }
+                Err(e) => {
+                    guard.0.push(lock_fd);
+                    return Err(e);
+                }
+            },
         };
-        let mut appender = appender;
-        if kind != ActiveKind::Plain {
-            appender.set_active(Some(act.clone()));
-        }
         let dead_of = |(id, s): (&u32, &Arc<Segment>)| (*id, s.dead.load(Ordering::Relaxed));
         index.settle((active, act_size0, seq), segs.iter().map(dead_of));
         rec.elapsed = t0.elapsed();
@@ -1166,7 +1283,7 @@ impl Store {
                 next_ticket: 0,
                 done_ticket: 0,
                 failed: Vec::new(),
-                appender: Some(appender),
+                appender,
                 write_off: act_size,
                 unsynced: 0,
                 last_sync: Instant::now(),
@@ -1177,7 +1294,7 @@ impl Store {
                 ready: std::collections::VecDeque::new(),
                 unrelayed: 0,
             }),
-            flushed: AtomicU64::new(act_size),
+            flushed: AtomicU64::new(if ro { u64::MAX } else { act_size }),
             loaded,
             index_check,
             group_commits: AtomicU64::new(0),
@@ -1210,15 +1327,19 @@ impl Store {
         Ok(names)
     }
 
+    /// The segments a committed compaction retired (`text`: its marker lists them).
+    fn compaction_retired(text: &str) -> Vec<u32> {
+        text.split_whitespace()
+            .filter_map(|s| s.parse::<u32>().ok())
+            .collect()
+    }
+
     fn finish_compaction(dir: &Path) -> io::Result<()> {
         let m = dir.join(COMPACT_MARKER);
         let Ok(text) = fs::read_to_string(&m) else {
             return Ok(());
         };
-        for id in text
-            .split_whitespace()
-            .filter_map(|s| s.parse::<u32>().ok())
-        {
+        for id in Self::compaction_retired(&text) {
             let _ = fs::remove_file(dir.join(seg_name(id)));
             let _ = fs::remove_file(dir.join(hint_name(id)));
         }
@@ -1279,12 +1400,21 @@ impl Store {
     /// segment, not a torn tail. Returns (valid size, max seq).
     fn replay(
         path: &Path,
-        seg: (u32, i32, u64, bool, bool, bool, u64),
+        seg: Scan,
         index: &mut Index,
         rec: &mut Recovery,
         dead: &mut BTreeMap<u32, u64>,
     ) -> io::Result<(u64, u64)> {
-        let (id, fd, from, newest, repair, zeros_end_it, synced) = seg;
+        let Scan {
+            id,
+            fd,
+            from,
+            newest,
+            repair,
+            zeros_end_it,
+            synced,
+            read_only,
+        } = seg;
         // SAFETY: stat is POD.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is open; st is a valid out pointer.
@@ -1318,7 +1448,11 @@ impl Store {
                 _ => size,
             }
         };
-        let map = ReadMap::new(fd, size as usize, from as usize, until as usize)?;
+        let map = match read_only && newest {
+            // (from is 0 here: a read-only open replays no snapshot)
+            true => ReadMap::copied(fd, until as usize),
+            false => ReadMap::new(fd, size as usize, from as usize, until as usize)?,
+        };
         let data: &[u8] = map.bytes();
         let mut off = from as usize;
         let mut max_seq = 0u64;
@@ -1514,8 +1648,10 @@ impl Store {
                    // The newest segment's tail of zeros (space the appender allocated ahead and
                    // never wrote) stays: the appender writes over it (cutting it costs a journal
                    // update, ~1 ms, and the appender would allocate it again); closing cuts it.
-        let keep = newest
-            && ((zeros_end_it && stopped_on_zeros) || garbage_after(fd, end as u64, size)? == 0);
+        let keep = read_only
+            || newest
+                && ((zeros_end_it && stopped_on_zeros)
+                    || garbage_after(fd, end as u64, size)? == 0);
         if (end as u64) < size && !keep {
             // A zero-filled tail is the appender's pre-fill or fallocate (a crash before
             // it was cut off), not a torn write: only non-zero bytes beyond the last
@@ -1753,6 +1889,7 @@ impl Store {
     }
 
     fn write(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
+        self.writable("writing")?;
         if self.opts.durability != Durability::Sync {
             return self.write_buffered(ops, atomic);
         }
@@ -1789,6 +1926,7 @@ impl Store {
         ops: &[(&[u8], Option<&[u8]>)],
         atomic: bool,
     ) -> io::Result<(u64, Vec<Update>)> {
+        self.writable("writing")?;
         for (k, v) in ops {
             Self::check_kv(k, *v)?;
         }
@@ -2058,6 +2196,7 @@ impl Store {
     /// [`Store::wait_ticket`]; with the other durabilities the ops are written (buffered)
     /// before this returns, and the ticket is 0.
     pub fn enqueue(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<u64> {
+        self.writable("writing")?;
         if ops.is_empty() {
             return Ok(0);
         }
@@ -2400,6 +2539,7 @@ impl Store {
         ops: &[(&[u8], Option<&[u8]>)],
         atomic: bool,
     ) -> io::Result<bool> {
+        self.writable("writing")?;
         if self.opts.durability == Durability::Sync || ops.is_empty() {
             return Ok(false);
         }
@@ -2659,6 +2799,20 @@ impl Store {
         Ok((id, seg))
     }
 
+    /// An error for `what` (a write) on a store opened read-only.
+    fn writable(&self, what: &str) -> io::Result<()> {
+        match self.opts.read_only {
+            true => Err(err(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{}: {what} needs the writer's open — this one is read_only=True",
+                    self.dir.display()
+                ),
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// Segment `seg` is fdatasynced up to `end`: records encoded from now on say so.
     fn note_synced(&self, seg: u32, end: u64) {
         self.durable
@@ -2667,6 +2821,7 @@ impl Store {
 
     /// Make everything written so far durable (for durability="none"/"batch").
     pub fn sync(&self) -> io::Result<()> {
+        self.writable("sync()")?;
         let mut c = self.commit.lock().expect("commit");
         while c.leader {
             c = self.commit_cv.wait(c).expect("commit wait");
@@ -3154,6 +3309,7 @@ impl Store {
     /// files, then retire the old ones atomically (a marker file lists them; a crash at any
     /// point leaves either the old set or the new set readable). Reads and writes go on.
     pub fn compact(&self) -> io::Result<(usize, u64)> {
+        self.writable("compact()")?;
         // live records are what the index lists: it must be whole
         self.index_trusted()?;
         let _only_one = self.compacting.lock().expect("compacting");
@@ -3437,7 +3593,8 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         self.warm_stop.store(true, Ordering::Relaxed);
-        if let Ok(mut c) = self.commit.lock() {
+        // (read-only: nothing to flush, write or remove)
+        if let Some(mut c) = self.commit.lock().ok().filter(|_| !self.opts.read_only) {
             let flushed = self.flush_locked(&mut c, true).is_ok();
             let end = c.write_off;
             if let Some(a) = c.appender.as_mut() {
@@ -4061,6 +4218,53 @@ mod tests {
             .unwrap();
             assert!(s.len() < 3000 && !s.recovery.skipped.is_empty());
         }
+    }
+
+    #[test]
+    fn a_read_only_open_leaves_the_directory_as_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        let ids = compacted_store(d.path());
+        // as a live writer's compaction leaves it midway: an output being written, a
+        // hint written before its segment's rename, a commit marker not yet acted on
+        let retired = ids[0];
+        fs::write(d.path().join("00000999.seg.tmp"), b"partial").unwrap();
+        fs::write(d.path().join(hint_name(998)), b"hint").unwrap();
+        fs::write(d.path().join(COMPACT_MARKER), format!("{retired}\n")).unwrap();
+        snapshot::remove(d.path()).unwrap(); // (compaction removes it before it starts)
+        let listing = |d: &Path| {
+            let mut v: Vec<(String, u64)> = fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .map(|e| {
+                    (
+                        e.file_name().into_string().unwrap(),
+                        e.metadata().unwrap().len(),
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let before = listing(d.path());
+        let ro = Options {
+            read_only: true,
+            ..opts()
+        };
+        let s = Store::open(d.path(), ro.clone()).unwrap();
+        assert!(!s.is_empty() && s.get(b"nope").unwrap().is_none());
+        // the retired segment is left out, not deleted
+        assert!(!s.state.read().unwrap().segs.contains_key(&retired));
+        let e = s.put(b"k", b"v").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        drop(s);
+        assert_eq!(listing(d.path()), before);
+        // the writer's open does the cleanup
+        drop(Store::open(d.path(), opts()).unwrap());
+        let after: Vec<String> = listing(d.path()).into_iter().map(|e| e.0).collect();
+        assert!(!after.contains(&seg_name(retired)) && !after.contains(&hint_name(998)));
+        assert!(!after
+            .iter()
+            .any(|n| n.ends_with(".tmp") || n == COMPACT_MARKER));
     }
 
     #[test]

@@ -1,0 +1,145 @@
+"""`kv.open(path, read_only=True)`: readers beside the one writer (LMDB's many readers,
+RocksDB's OpenForReadOnly), seeing the store as it was at open and changing nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from uringkit import kv
+
+WRITER = """
+import sys
+from uringkit import kv
+db = kv.open(sys.argv[1], durability=sys.argv[2], segment_size=64 << 10)
+print("ready", flush=True)
+i = 0
+while True:
+    # every value is its key's round number, 5 times: a reader can tell a whole one
+    db.put(b"w%05d" % (i % 3000), b"%d" % i * 5)
+    i += 1
+    if i % 4000 == 0:
+        db.compact()
+"""
+
+
+def tree(d: Path) -> dict[str, str]:
+    """Every file of the store with a hash of its bytes."""
+    return {n: hashlib.sha256((d / n).read_bytes()).hexdigest() for n in sorted(os.listdir(d))}
+
+
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_readers_beside_a_live_writer(tmp_path: Path, durability: str) -> None:
+    """A writer process puts, rolls 64 KiB segments and compacts without pause; readers
+    open and close the store over and over meanwhile: each open sees a consistent store
+    (every value whole), never an error, a SIGBUS or a warning, and refuses writes."""
+    p = tmp_path / "s"
+    with kv.open(p) as db:
+        db.put(b"before", b"1")
+    w = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(p), durability], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert w.stdout is not None and w.stdout.readline() == "ready\n"
+        with pytest.raises(BlockingIOError):
+            kv.open(p)  # the writer's open stays exclusive
+        opens, seen = 0, 0
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline or opens < 5:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no torn tail "dropped", nothing repaired
+                db = kv.open(p, read_only=True)
+            with db:
+                assert db.get(b"before") == b"1"
+                keys = [k for k in db if k.startswith(b"w")]
+                for k in random.sample(keys, min(100, len(keys))):
+                    v = db.get(k)
+                    assert v is not None and len(v) % 5 == 0, (k, v)
+                    assert v == v[: len(v) // 5] * 5
+                assert db.check()[1] == []
+                with pytest.raises(PermissionError, match="read_only=True"):
+                    db.put(b"x", b"y")
+                seen = max(seen, len(keys))
+            opens += 1
+        assert w.poll() is None, "the writer is unaffected"
+        assert seen > 1
+    finally:
+        w.kill()
+        w.wait()
+        if w.stdout is not None:
+            w.stdout.close()
+    with kv.open(p) as db:  # the writer's lock died with it
+        assert db.get(b"before") == b"1"
+
+
+def test_read_only_changes_nothing(tmp_path: Path) -> None:
+    """A torn tail is not cut (nor seen), no INDEX is written, nothing is created; the
+    next writer's open does what recovery does."""
+    p = tmp_path / "s"
+    with kv.open(p, segment_size=64 << 10) as db:
+        for i in range(2000):
+            db.put(b"k%05d" % i, b"v" * 50)
+        db.compact()
+        db.put(b"last", b"1")
+    (p / "INDEX").unlink()  # as after a killed writer: the open replays the segments
+    # the segment appended to: the newest one without a hint file (compaction's carry one)
+    newest = max(f for f in p.glob("*.seg") if not f.with_suffix(".hint").exists())
+    with open(newest, "ab") as f:
+        f.write(b"\x01torn record" * 3)
+    before = tree(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with kv.open(p, read_only=True) as db:
+            assert len(db) == 2001 and db.get(b"last") == b"1"
+            assert db.multi_get([b"k00007", b"nope"]) == [b"v" * 50, None]
+            assert list(db.iterator(prefix=b"k0000", include_value=False))[:2] == [
+                b"k00000",
+                b"k00001",
+            ]
+            for write in (
+                lambda: db.delete(b"last"),
+                lambda: db.write([(b"a", b"1")]),
+                lambda: db.delete_range(prefix=b"k"),
+                db.compact,
+                db.sync,
+            ):
+                with pytest.raises(PermissionError):
+                    write()
+    assert tree(p) == before, "a read-only open changed the store's files"
+    with pytest.warns(RuntimeWarning, match="torn tail"):
+        kv.open(p).close()
+
+
+def test_read_only_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such store"):
+        kv.open(tmp_path / "absent", read_only=True)
+    assert not (tmp_path / "absent").exists()
+    with kv.open(tmp_path / "s") as db:
+        db.put(b"a", b"1")
+    with pytest.raises(ValueError, match="repair=True"):
+        kv.open(tmp_path / "s", read_only=True, repair=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="not an xkv store"):
+        kv.open(tmp_path / "empty", read_only=True)
+
+
+def test_cli_reads_a_store_another_process_writes(tmp_path: Path) -> None:
+    p = tmp_path / "s"
+    with kv.open(p) as db:
+        db.put(b"user:1", b"ada")
+        # this process holds the store open for writing: the CLI's reads still work
+        run = [sys.executable, "-m", "uringkit", "kv"]
+        out = subprocess.run([*run, "get", str(p), "user:1"], capture_output=True, text=True)
+        assert (out.returncode, out.stdout) == (0, "ada\n"), out.stderr
+        out = subprocess.run([*run, "check", str(p)], capture_output=True, text=True)
+        assert out.returncode == 0 and "0 problems" in out.stdout
+        out = subprocess.run([*run, "put", str(p), "k", "v"], capture_output=True, text=True)
+        assert out.returncode == 1 and "open for writing by another process" in out.stderr
