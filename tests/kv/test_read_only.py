@@ -143,3 +143,28 @@ def test_cli_reads_a_store_another_process_writes(tmp_path: Path) -> None:
         assert out.returncode == 0 and "0 problems" in out.stdout
         out = subprocess.run([*run, "put", str(p), "k", "v"], capture_output=True, text=True)
         assert out.returncode == 1 and "open for writing by another process" in out.stderr
+
+
+def test_read_only_opens_map_index_and_leave_a_damaged_one(tmp_path: Path) -> None:
+    """A read-only open maps INDEX as the writer's does (the writer's next close rewrites
+    it; a reader's mapping keeps the old file); one found damaged is reported, but only
+    the writer's open removes it."""
+    p = tmp_path / "db"
+    with kv.open(p, durability="none") as db:
+        for i in range(0, 150_000, 1000):
+            db.write([(b"key%d" % j, b"v%d" % j) for j in range(i, i + 1000)])
+    index = p / "INDEX"
+    assert index.stat().st_size > 4 << 20  # (verified in the background)
+    with kv.open(p, read_only=True) as db:
+        assert db.recovery["from_snapshot"] and db.stats()["index_mapped"] == 1
+        assert db.get(b"key777") == b"v777" and db.get(b"absent") is None
+    raw = bytearray(index.read_bytes())
+    raw[-10] ^= 0x40  # inside the key arena, the file's last section
+    index.write_bytes(raw)
+    before = tree(p)
+    with kv.open(p, read_only=True) as db, pytest.raises(OSError, match="INDEX"):
+        db.get(b"absent")
+    assert tree(p) == before, "a read-only open removed the damaged INDEX"
+    with kv.open(p) as db, pytest.raises(OSError, match="INDEX"):
+        db.get(b"absent")
+    assert not index.exists()

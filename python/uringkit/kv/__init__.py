@@ -338,8 +338,8 @@ def open(  # noqa: A001
     changes nothing in the directory (a torn tail is not cut, a compaction's cleanup is
     left to the writer, no INDEX is written). Writes, compact() and sync() raise
     PermissionError; it cannot be combined with repair=True (ValueError), and it creates
-    nothing (FileNotFoundError for a missing store). It rebuilds the index from the hint
-    files and segments rather than mapping INDEX (0.26-0.38 s per million keys).
+    nothing (FileNotFoundError for a missing store). It maps INDEX as a writer's open does
+    and replays what the writer appended since (a damaged INDEX is reported, not removed).
 
     `direct=True` appends with O_DIRECT (whole 4 KiB blocks from an aligned buffer,
     bypassing the page cache: written data does not evict what readers cache). Fresh

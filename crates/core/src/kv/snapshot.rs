@@ -85,7 +85,9 @@ pub struct Check {
 }
 
 struct Job {
-    path: PathBuf,
+    /// the file, removed if damaged — None for a read-only store, which changes nothing
+    /// (and whose writer may have put another `INDEX` at that name since)
+    path: Option<PathBuf>,
     file: fs::File,
     layout: Layout,
     /// The store's mapping of the file, populated once verified (if still in use).
@@ -130,8 +132,8 @@ impl Check {
             ABANDONED.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if v.is_err() {
-            let _ = fs::remove_file(&j.path);
+        if let (Err(_), Some(path)) = (&v, &j.path) {
+            let _ = fs::remove_file(path);
         }
         self.good.store(v.is_ok(), Ordering::Release);
         *self.verdict.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
@@ -425,13 +427,14 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// Map `INDEX` if there is one whose header holds; `Ok(None)` when absent or unusable.
-pub fn load(dir: &Path) -> io::Result<Option<Snapshot>> {
+/// `owner`: the store's writer, which removes it if its verification finds it damaged.
+pub fn load(dir: &Path, owner: bool) -> io::Result<Option<Snapshot>> {
     let f = match fs::File::open(dir.join(FILE)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    Ok(read(dir, f).ok().flatten())
+    Ok(read(dir, f, owner).ok().flatten())
 }
 
 /// Where the sections are, from a header that passed its checks.
@@ -557,7 +560,7 @@ pub fn recorded(dir: &Path) -> io::Result<Option<Recorded>> {
     }))
 }
 
-fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
+fn read(dir: &Path, f: fs::File, owner: bool) -> io::Result<Option<Snapshot>> {
     let total = f.metadata()?.len();
     let Some(h) = read_head(&f, total)? else {
         return Ok(None);
@@ -632,7 +635,7 @@ fn read(dir: &Path, f: fs::File) -> io::Result<Option<Snapshot>> {
         Check::new(Some(verify(&f, lay, |_, _| true)), None)
     } else {
         let job = Job {
-            path: dir.join(FILE),
+            path: owner.then(|| dir.join(FILE)),
             file: f,
             layout: lay,
             map: Arc::downgrade(&map),

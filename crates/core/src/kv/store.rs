@@ -717,7 +717,7 @@ impl ReadMap {
     /// to `until`.
     fn new(fd: i32, len: usize, from: usize, until: usize) -> io::Result<ReadMap> {
         if len == 0 {
-            return Ok(Self::copied(fd, 0));
+            return Ok(Self::copied(fd, 0, 0));
         }
         let whole = from == 0 && until >= len;
         // SAFETY: mapping `len` bytes of an open fd read-only; checked for MAP_FAILED.
@@ -760,13 +760,16 @@ impl ReadMap {
         })
     }
 
-    /// The first `len` bytes of `fd`, copied (as many as there are): for a file another
-    /// process may cut shorter meanwhile — a live writer's active segment, whose zero
-    /// tail it cuts when it moves on — where a mapping would raise SIGBUS.
-    fn copied(fd: i32, len: usize) -> ReadMap {
+    /// The first `len` bytes of `fd` — read with pread from `from` on (as many as there
+    /// are), zeros before it (never read): for a file another process may cut shorter
+    /// meanwhile — a live writer's active segment, whose zero tail it cuts when it
+    /// moves on — where a mapping would raise SIGBUS.
+    fn copied(fd: i32, from: usize, len: usize) -> ReadMap {
+        // (zeroed memory from the allocator: the pages before `from` are never touched)
         let mut copy = vec![0u8; len];
-        let n = pread_exact(fd, &mut copy, 0).unwrap_or(0);
-        copy.truncate(n);
+        let from = from.min(len);
+        let n = pread_exact(fd, &mut copy[from..], from as u64).unwrap_or(0);
+        copy.truncate(from + n);
         ReadMap {
             ptr: std::ptr::null(),
             len: 0,
@@ -986,11 +989,10 @@ impl Store {
             sizes.insert(id, fs::metadata(dir.join(seg_name(id)))?.len());
         }
         // repair rescans everything: the snapshot may point at the damage
-        // (read-only: not loaded either — its verification removes a damaged one — but
-        // its header is read for the sizes it recorded, below)
-        let snap = match opts.repair || !opts.index_snapshot || ro {
+        let snap = match opts.repair || !opts.index_snapshot {
             true => None,
-            false => snapshot::load(dir)?,
+            // (read-only: a damaged one is not removed)
+            false => snapshot::load(dir, !ro)?,
         };
         // How long each segment was when INDEX was written (its header has a checksum of
         // its own, whatever the state of the rest): a segment shorter than that, or gone,
@@ -1033,7 +1035,9 @@ impl Store {
         // The live overlay goes in a shared mapping of a file: only where mapped stores
         // are safe (see mapped_writes_safe), and not when the snapshot is not used.
         // (URINGKIT_KV_OVERLAY=0 keeps it on the heap)
+        // (read-only: never — OVERLAY belongs to the live writer, who changes it in place)
         let shareable = snap.is_some()
+            && !ro
             && opts.index_snapshot
             && std::env::var_os("URINGKIT_KV_OVERLAY").is_none_or(|v| v != "0")
             && mapped_ok;
@@ -1449,8 +1453,7 @@ impl Store {
             }
         };
         let map = match read_only && newest {
-            // (from is 0 here: a read-only open replays no snapshot)
-            true => ReadMap::copied(fd, until as usize),
+            true => ReadMap::copied(fd, from as usize, until as usize),
             false => ReadMap::new(fd, size as usize, from as usize, until as usize)?,
         };
         let data: &[u8] = map.bytes();
