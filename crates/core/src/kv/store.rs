@@ -948,6 +948,7 @@ impl Store {
                 }
             }
         }
+        let has_overlay = names.iter().any(|n| n == overlay::FILE);
         let mut ids: Vec<u32> = Vec::new();
         let mut hints: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
         for name in &names {
@@ -1061,7 +1062,8 @@ impl Store {
                 let mut seq = sn.seq;
                 // What a killed writer's index covered, from its live overlay: replay
                 // resumes where that ends (each segment before it is complete).
-                let left = match shareable {
+                // (the listing says whether there is one: no failed open per reopen)
+                let left = match shareable && has_overlay {
                     true => overlay::Shared::open(dir, sn.ident),
                     false => None,
                 };
@@ -1180,7 +1182,7 @@ impl Store {
         }
         index.purge_tombstones();
         index.shrink();
-        if !index.is_shared() && !ro {
+        if !index.is_shared() && !ro && has_overlay {
             overlay::remove(dir); // (one left by a killed writer and not used is stale)
         }
         let overlay_due = match (shareable, ident, index.is_shared()) {
@@ -1424,6 +1426,10 @@ impl Store {
         // SAFETY: fd is open; st is a valid out pointer.
         unsafe { libc::fstat(fd, &mut st) };
         let size = st.st_size as u64;
+        if from >= size {
+            // nothing after what the snapshot covers (a clean reopen): nothing to map
+            return Ok((from, 0));
+        }
         if zeros_end_it && newest {
             // A killed writer's live overlay was taken back: what it covers ends at
             // `from`. When nothing was begun after it (the writer died between writes:
