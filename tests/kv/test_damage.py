@@ -5,7 +5,8 @@ opens and then never serves a value that was not written for its key; without
 `repair=True` a damaged record is refused when read (OSError naming the segment and
 the CRC) and anything else it serves is exactly what was last written — no key lost,
 stale or back from the dead without a warning. With `repair=True` it opens, reads
-everything it lists, and `check()` finds nothing left to complain about.
+everything it lists, and `check()` finds nothing left to complain about. A read-only
+open, first, holds to the same and leaves every file byte for byte as it was.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def test_random_damage_is_refused_or_reported_never_served(
         d = tmp_path / f"t{trial}"
         shutil.copytree(base.path, d)
         what = damage(d, rng)
+        read_only(base, d, f"trial {trial}: {what}, read_only")
         for repair in (False, True):
             t = tmp_path / f"t{trial}-{repair}"
             shutil.copytree(d, t)
@@ -151,6 +153,26 @@ def test_random_damage_is_refused_or_reported_never_served(
                 assert len(out) + refused == len(base.last), f"{ctx}: keys lost or back silently"
                 stale = [k for k, v in out.items() if base.last.get(k) != v]
                 assert not stale, f"{ctx}: stale values served silently: {stale[:3]}"
+
+
+def read_only(base: Base, d: Path, ctx: str) -> None:
+    """A read-only open of the damaged store refuses it or serves only what was written,
+    and leaves every file as it was, whatever it finds."""
+    files = {n: (d / n).read_bytes() for n in sorted(os.listdir(d))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            db = kv.open(d, read_only=True)
+        except OSError as e:
+            assert ".seg" in str(e) or "INDEX" in str(e), f"{ctx}: {e}"
+            db = None
+        if db is not None:
+            with db:
+                out, errors = read_all(db)
+            check_served(base, out, ctx)
+            assert all(".seg" in e or "INDEX" in e for e in errors), f"{ctx}: {errors[:2]}"
+    after = {n: (d / n).read_bytes() for n in sorted(os.listdir(d))}
+    assert after == files, f"{ctx}: the read-only open changed the store's files"
 
 
 def check_served(base: Base, out: dict[bytes, Any], ctx: str) -> None:
