@@ -80,6 +80,38 @@ def test_readers_beside_a_live_writer(tmp_path: Path, durability: str) -> None:
         assert db.get(b"before") == b"1"
 
 
+def test_readers_while_writers_are_killed(tmp_path: Path) -> None:
+    """Writer processes SIGKILLed one after another mid-put (a torn tail, an OVERLAY, a
+    compaction cut short left behind each time): read-only opens between them see whole
+    values only and change none of what the next writer's recovery works on."""
+    p = tmp_path / "s"
+    kv.open(p).close()
+    rng = random.Random(5)
+    for _ in range(6):
+        w = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(p), rng.choice(["sync", "none"])],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert w.stdout is not None and w.stdout.readline() == "ready\n"
+            time.sleep(rng.uniform(0.05, 0.3))
+        finally:
+            w.kill()
+            w.wait()
+            if w.stdout is not None:
+                w.stdout.close()
+        before = tree(p)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            db = kv.open(p, read_only=True)
+        with db:
+            for k in db:
+                v = db.get(k)
+                assert v is not None and v == v[: len(v) // 5] * 5, (k, v)
+        assert tree(p) == before
+
+
 def test_read_only_changes_nothing(tmp_path: Path) -> None:
     """A torn tail is not cut (nor seen), no INDEX is written, nothing is created; the
     next writer's open does what recovery does."""
