@@ -16,6 +16,7 @@ fn kv_err(e: std::io::Error) -> PyErr {
         K::StorageFull => Some(libc::ENOSPC),
         K::InvalidData => Some(libc::EIO),
         K::PermissionDenied => Some(libc::EPERM),
+        K::AlreadyExists => Some(libc::EEXIST),
         _ => None,
     });
     match (e.kind(), code) {
@@ -422,6 +423,13 @@ impl KvStore {
     fn compact(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
         let s = self.store()?;
         py.detach(|| s.compact()).map_err(kv_err)
+    }
+
+    /// Make `path` (a new directory) a copy of the store as it is now: (segments, bytes
+    /// hard-linked, bytes copied). See Store::checkpoint.
+    fn checkpoint(&self, py: Python<'_>, path: PathBuf) -> PyResult<(usize, u64, u64)> {
+        let s = self.store()?;
+        py.detach(|| s.checkpoint(&path)).map_err(kv_err)
     }
 
     /// Read the segments into the page cache in the background (see Store::warm_up).

@@ -16,10 +16,11 @@ EXAMPLES = """examples:
   uringkit kv compact /data/store
   uringkit kv check /data/store
   uringkit kv stats /data/store --json
+  uringkit kv backup /data/store /backups/store-2026-12-02
   uringkit kv bench --quick
 
-get, scan, check and stats open the store read-only (read_only=True): they work beside
-the process that has it open for writing, and see it as it is when they start.
+get, scan, check, stats and backup open the store read-only (read_only=True): they work
+beside the process that has it open for writing, and see it as it is when they start.
 put, delete, compact and --repair need the writer's open."""
 
 
@@ -59,6 +60,7 @@ def main(argv: list[str]) -> int:
         ("compact", "rewrite live data, reclaim space"),
         ("check", "verify every live record's CRC"),
         ("stats", "sizes, counts, recovery info"),
+        ("backup", "copy the store to a new directory (hard links where it can)"),
         ("bench", "xkv vs LMDB/LevelDB/RocksDB/sqlite (uringkit kv bench -h)"),
     ):
         p = sub.add_parser(
@@ -71,6 +73,8 @@ def main(argv: list[str]) -> int:
             p.add_argument("key")
         if name == "put":
             p.add_argument("value")
+        if name == "backup":
+            p.add_argument("dest", help="a new directory (same filesystem: hard links)")
         if name == "scan":
             p.add_argument("--prefix", default="")
             p.add_argument("--limit", type=int, default=0)
@@ -88,7 +92,7 @@ def main(argv: list[str]) -> int:
     h = a.hex
     try:
         repair = getattr(a, "repair", False)
-        read_only = a.cmd in ("get", "scan", "check", "stats") and not repair
+        read_only = a.cmd in ("get", "scan", "check", "stats", "backup") and not repair
         opts = {"create": a.cmd == "put", "repair": repair, "read_only": read_only}
         with kv_open(a.path, **opts) as db:
             if a.cmd == "put":
@@ -112,6 +116,12 @@ def main(argv: list[str]) -> int:
                         print(_show(row, h))
                     else:
                         print(f"{_show(row[0], h)}\t{_show(row[1], h)}")
+            elif a.cmd == "backup":
+                r = db.checkpoint(a.dest)
+                print(
+                    f"{a.dest}: {r['segments']} segments, {r['linked_bytes']} bytes "
+                    f"hard-linked, {r['copied_bytes']} copied"
+                )
             elif a.cmd == "compact":
                 retired, freed = db.compact()
                 print(f"retired {retired} segments, reclaimed {freed} bytes")

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
@@ -702,6 +704,56 @@ fn fsync_dir(dir: &Path) -> io::Result<()> {
 }
 
 pub use crate::sys::fileio::pread_full as pread_exact;
+
+/// Copy the first `len` bytes of `fd` to a new file `to`, durably (copy_file_range:
+/// in-kernel, or shared extents where the filesystem can; pread/write where it cannot).
+/// Fewer bytes than `len` there is an error: the file was cut short meanwhile.
+fn copy_prefix(fd: i32, to: &Path, len: u64) -> io::Result<()> {
+    let out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)?;
+    let mut done = 0u64;
+    while done < len {
+        let (mut off_in, mut off_out) = (done as i64, done as i64);
+        let want = (len - done).min(1 << 30) as usize;
+        // SAFETY: both fds are open (fd for reading, out for writing); the offsets are
+        // valid out pointers.
+        let n = unsafe {
+            libc::copy_file_range(fd, &mut off_in, out.as_raw_fd(), &mut off_out, want, 0)
+        };
+        let n = match n {
+            n if n > 0 => n as u64,
+            0 => break,
+            _ => {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => {
+                        let mut buf = vec![0u8; want.min(1 << 20)];
+                        let got = pread_exact(fd, &mut buf, done)?;
+                        out.write_all_at(&buf[..got], done)?;
+                        if got == 0 {
+                            break;
+                        }
+                        got as u64
+                    }
+                    _ => return Err(e),
+                }
+            }
+        };
+        done += n;
+    }
+    if done < len {
+        return Err(err(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "{}: its source was cut short while being copied",
+                to.display()
+            ),
+        ));
+    }
+    out.sync_all()
+}
 
 /// A read-only private mapping of a whole file, unmapped on drop.
 struct ReadMap {
@@ -3312,6 +3364,81 @@ impl Store {
         Self::read_value(seg, loc, key)
     }
 
+    // ----- checkpoints -----------------------------------------------------------------
+
+    /// Make `dest` (a new directory) a store holding what this one holds now (RocksDB's
+    /// checkpoint, LMDB's copy): sealed segments and hint files are hard-linked where
+    /// the filesystem allows (they never change again), copied otherwise; the active
+    /// segment is copied up to what was written (a writer's: flushed and fdatasynced
+    /// first). `INDEX`'s header lists what was taken, so that a damaged copy is found when
+    /// it is opened; the index itself is rebuilt there from hints and segments. Works on
+    /// a read-only store too (the store as that open saw it). Returns (segments, bytes
+    /// linked, bytes copied).
+    pub fn checkpoint(&self, dest: &Path) -> io::Result<(usize, u64, u64)> {
+        // (no compaction of this store retires a segment while it is being linked)
+        let _only_one = self.compacting.lock().expect("compacting");
+        let end = match self.opts.read_only {
+            true => {
+                let st = self.state.read().expect("state");
+                st.segs[&st.active].size.load(Ordering::Relaxed)
+            }
+            false => {
+                let mut c = self.commit.lock().expect("commit");
+                while c.leader {
+                    c = self.commit_cv.wait(c).expect("commit wait");
+                }
+                self.flush_locked(&mut c, true)?;
+                c.write_off
+            }
+        };
+        let (seq, active, list, segs) = {
+            let st = self.state.read().expect("state");
+            // (every segment fdatasynced: what INDEX records must be on the disk)
+            let list = Self::synced_segments(&st, end)?;
+            (st.seq, st.active, list, st.segs.clone())
+        };
+        fs::create_dir(dest).map_err(|e| {
+            err(
+                e.kind(),
+                format!(
+                    "{}: {e} (a checkpoint goes to a new directory)",
+                    dest.display()
+                ),
+            )
+        })?;
+        let (mut linked, mut copied) = (0u64, 0u64);
+        for (id, s) in &list {
+            let seg = &segs[id];
+            let name = seg_name(*id);
+            // (a read-only store's writer may have compacted it away since: the open fd
+            // still reads it)
+            let link =
+                *id != active && fs::hard_link(self.dir.join(&name), dest.join(&name)).is_ok();
+            match link {
+                true => linked += s.size,
+                false => {
+                    copy_prefix(seg.fd, &dest.join(&name), s.size)?;
+                    copied += s.size;
+                }
+            }
+            let hint = hint_name(*id);
+            if self.dir.join(&hint).exists()
+                && fs::hard_link(self.dir.join(&hint), dest.join(&hint)).is_err()
+            {
+                if let Ok(data) = fs::read(self.dir.join(&hint)) {
+                    fs::write(dest.join(&hint), data)?;
+                    fs::File::open(dest.join(&hint))?.sync_all()?;
+                }
+            }
+        }
+        snapshot::write_segments(dest, seq, active, end, &list)?;
+        fsync_dir(dest)?;
+        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync_dir(parent)?;
+        }
+        Ok((list.len(), linked, copied))
+    }
+
     // ----- compaction ------------------------------------------------------------------
 
     /// Rewrite the live records of every immutable segment into new segments with hint
@@ -4274,6 +4401,35 @@ mod tests {
         assert!(!after
             .iter()
             .any(|n| n.ends_with(".tmp") || n == COMPACT_MARKER));
+    }
+
+    #[test]
+    fn a_checkpoint_links_what_is_sealed_and_copies_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        let ids = compacted_store(d.path());
+        let s = Store::open(d.path(), opts()).unwrap();
+        s.put(b"fresh", b"1").unwrap();
+        let dest = d.path().join("cp");
+        let (n, linked, copied) = s.checkpoint(&dest).unwrap();
+        assert_eq!(n, s.state.read().unwrap().segs.len());
+        assert!(linked > 0 && copied > 0);
+        let e = s.checkpoint(&dest).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        s.put(b"later", b"2").unwrap();
+        let keys = s.len();
+        drop(s);
+        let c = Store::open(&dest, opts()).unwrap();
+        assert_eq!(c.len(), keys - 1);
+        assert_eq!(c.get(b"fresh").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(c.get(b"later").unwrap(), None);
+        assert!(c.check().unwrap().1.is_empty());
+        // (the sealed segments are the same files: one inode, two names)
+        use std::os::unix::fs::MetadataExt;
+        let shared = ids
+            .iter()
+            .filter(|id| fs::metadata(dest.join(seg_name(**id))).is_ok_and(|m| m.nlink() == 2))
+            .count();
+        assert!(shared > 0);
     }
 
     #[test]
