@@ -101,3 +101,17 @@ def test_backup_cli_beside_a_writer(tmp_path: Path) -> None:
     with kv.open(dest, read_only=True) as b:
         assert len(b) == 2000 and b.get(b"user:1999") == b"x" * 50
         assert b.get(b"user:late") is None
+
+
+def test_async_checkpoint(tmp_path: Path) -> None:
+    import asyncio
+
+    async def main() -> None:
+        async with kv.open_async(tmp_path / "src") as db:
+            await asyncio.gather(*(db.put(b"k%d" % i, b"v") for i in range(200)))
+            r = await db.checkpoint(tmp_path / "cp")
+            assert r["segments"] >= 1
+        with kv.open(tmp_path / "cp", read_only=True) as c:
+            assert len(c) == 200
+
+    asyncio.run(main())

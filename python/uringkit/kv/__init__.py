@@ -553,6 +553,11 @@ class AsyncDB:
         await self._drain()
         return await self._run(self.db.compact)  # type: ignore[no-any-return]
 
+    async def checkpoint(self, path: str | os.PathLike[str]) -> dict[str, int]:
+        """As `DB.checkpoint`, off the loop, after this store's queued writes."""
+        await self._drain()
+        return await self._run(self.db.checkpoint, path)  # type: ignore[no-any-return]
+
     async def _drain(self) -> None:
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
