@@ -296,14 +296,12 @@ fn round_up(x: u64) -> u64 {
 /// Write `INDEX` atomically (temporary file, fdatasync, rename). The segments it
 /// describes must already be durable: a snapshot never points at data the disk might
 /// not have.
-pub fn write(
-    dir: &Path,
-    index: &Index,
-    seq: u64,
-    active: u32,
-    active_off: u64,
-    segs: &[(u32, SnapSeg)],
-) -> io::Result<()> {
+pub fn write(dir: &Path, index: &Index, seq: u64, at: &Recorded) -> io::Result<()> {
+    let Recorded {
+        active,
+        active_off,
+        ref segs,
+    } = *at;
     let p = index.to_parts();
     let buckets = (p.ctrl.len() - GROUP) as u64;
     let arena_len = (p.arena[0].len() + p.arena[1].len()) as u64;
@@ -341,18 +339,12 @@ pub fn write(
 /// segment cut short or removed outside it is still found at open ([`recorded`]). Its
 /// table of 0 buckets is one that [`load`] (of every version) declines: the index is
 /// rebuilt from the segments.
-pub fn write_segments(
-    dir: &Path,
-    seq: u64,
-    active: u32,
-    active_off: u64,
-    segs: &[(u32, SnapSeg)],
-) -> io::Result<()> {
-    let file_len = (FIXED + segs.len() * 24 + 4) as u64;
+pub fn write_segments(dir: &Path, seq: u64, at: &Recorded) -> io::Result<()> {
+    let file_len = (FIXED + at.segs.len() * 24 + 4) as u64;
     let mut fields = [0u64; 10];
-    fields[0] = active_off;
+    fields[0] = at.active_off;
     fields[9] = file_len;
-    let head = head_bytes([0, 0, seq], active, fields, [0; 3], segs);
+    let head = head_bytes([0, 0, seq], at.active, fields, [0; 3], &at.segs);
     install(dir, &[(0, &head[..])])
 }
 

@@ -3391,11 +3391,11 @@ impl Store {
                 c.write_off
             }
         };
-        let (seq, active, list, segs) = {
+        let (seq, at, segs) = {
             let st = self.state.read().expect("state");
             // (every segment fdatasynced: what INDEX records must be on the disk)
-            let list = Self::synced_segments(&st, end)?;
-            (st.seq, st.active, list, st.segs.clone())
+            let at = Self::synced_segments(&st, end)?;
+            (st.seq, at, st.segs.clone())
         };
         fs::create_dir(dest).map_err(|e| {
             err(
@@ -3407,13 +3407,13 @@ impl Store {
             )
         })?;
         let (mut linked, mut copied) = (0u64, 0u64);
-        for (id, s) in &list {
+        for (id, s) in &at.segs {
             let seg = &segs[id];
             let name = seg_name(*id);
             // (a read-only store's writer may have compacted it away since: the open fd
             // still reads it)
             let link =
-                *id != active && fs::hard_link(self.dir.join(&name), dest.join(&name)).is_ok();
+                *id != at.active && fs::hard_link(self.dir.join(&name), dest.join(&name)).is_ok();
             match link {
                 true => linked += s.size,
                 false => {
@@ -3431,12 +3431,12 @@ impl Store {
                 }
             }
         }
-        snapshot::write_segments(dest, seq, active, end, &list)?;
+        snapshot::write_segments(dest, seq, &at)?;
         fsync_dir(dest)?;
         if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
             fsync_dir(parent)?;
         }
-        Ok((list.len(), linked, copied))
+        Ok((at.segs.len(), linked, copied))
     }
 
     // ----- compaction ------------------------------------------------------------------
@@ -3687,8 +3687,8 @@ impl Store {
         // else holds the store anyway)
         let mut st = self.state.write().expect("state");
         st.index.merge_overlay();
-        let segs = Self::synced_segments(&st, end)?;
-        snapshot::write(&self.dir, &st.index, st.seq, st.active, end, &segs)
+        let at = Self::synced_segments(&st, end)?;
+        snapshot::write(&self.dir, &st.index, st.seq, &at)
     }
 
     /// A store that keeps no index snapshot still records, at close, what its segments
@@ -3696,14 +3696,14 @@ impl Store {
     /// store is then an error at the next open, not keys gone without a word.
     fn write_segment_list(&self, end: u64) -> io::Result<()> {
         let st = self.state.read().expect("state");
-        let segs = Self::synced_segments(&st, end)?;
-        snapshot::write_segments(&self.dir, st.seq, st.active, end, &segs)
+        let at = Self::synced_segments(&st, end)?;
+        snapshot::write_segments(&self.dir, st.seq, &at)
     }
 
-    /// Every segment with its size (the active one's: `end`), each fdatasynced first:
-    /// what INDEX records must never be more than the disk has (cheap for segments
-    /// already synced).
-    fn synced_segments(st: &State, end: u64) -> io::Result<Vec<(u32, SnapSeg)>> {
+    /// What INDEX is to record now: every segment with its size (the active one's: `end`),
+    /// each fdatasynced first — what INDEX records must never be more than the disk has
+    /// (cheap for segments already synced).
+    fn synced_segments(st: &State, end: u64) -> io::Result<snapshot::Recorded> {
         let mut segs = Vec::with_capacity(st.segs.len());
         for (id, seg) in &st.segs {
             // SAFETY: seg.fd is open.
@@ -3718,7 +3718,11 @@ impl Store {
             let dead = seg.dead.load(Ordering::Relaxed);
             segs.push((*id, SnapSeg { size, dead }));
         }
-        Ok(segs)
+        Ok(snapshot::Recorded {
+            active: st.active,
+            active_off: end,
+            segs,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -4084,6 +4088,29 @@ mod tests {
         out
     }
 
+    /// Flip `bits` of the byte at `at` of the file at `path` (damage, in place).
+    fn flip(path: &Path, at: u64, bits: u8) {
+        let mut data = fs::read(path).unwrap();
+        data[at as usize] ^= bits;
+        fs::write(path, &data).unwrap();
+    }
+
+    /// The message of the error that opening `dir` with `o` gives (it must fail).
+    fn open_err(dir: &Path, o: Options) -> String {
+        Store::open(dir, o)
+            .err()
+            .expect("the open fails")
+            .to_string()
+    }
+
+    /// Options of a store that keeps no index snapshot.
+    fn no_index() -> Options {
+        Options {
+            index_snapshot: false,
+            ..opts()
+        }
+    }
+
     fn repairing() -> Options {
         Options {
             repair: true,
@@ -4111,7 +4138,7 @@ mod tests {
             let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
             f.set_len(at).unwrap();
             drop(f);
-            let e = Store::open(d.path(), opts()).err().unwrap().to_string();
+            let e = open_err(d.path(), opts());
             assert!(
                 e.contains(&seg_name(hinted))
                     && e.contains(&format!("cut short at offset {at}"))
@@ -4142,7 +4169,7 @@ mod tests {
         let ids = compacted_store(d.path());
         fs::remove_file(d.path().join(seg_name(ids[1]))).unwrap();
         let _ = fs::remove_file(d.path().join(hint_name(ids[1])));
-        let e = Store::open(d.path(), opts()).err().unwrap().to_string();
+        let e = open_err(d.path(), opts());
         assert!(
             e.contains(&seg_name(ids[1])) && e.contains("missing"),
             "{e}"
@@ -4176,9 +4203,7 @@ mod tests {
             .unwrap();
         let path = d.path().join(seg_name(hinted));
         let offs = record_offsets(&path);
-        let mut data = fs::read(&path).unwrap();
-        data[offs[3] as usize + HEADER + 2] ^= 0x55; // inside the 4th record's key
-        fs::write(&path, &data).unwrap();
+        flip(&path, offs[3] + HEADER as u64 + 2, 0x55); // inside the 4th record's key
         fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
         {
             // the hint file is trusted: the damage is found when the record is read
@@ -4210,17 +4235,8 @@ mod tests {
         let path = d.path().join(seg_name(newest));
         let offs = record_offsets(&path);
         assert!(offs.len() > 20);
-        let mut data = fs::read(&path).unwrap();
-        data[offs[5] as usize + HEADER + 1] ^= 0x55;
-        fs::write(&path, &data).unwrap();
-        let snapshots_off = Options {
-            index_snapshot: false,
-            ..opts()
-        };
-        let e = Store::open(d.path(), snapshots_off)
-            .err()
-            .unwrap()
-            .to_string();
+        flip(&path, offs[5] + HEADER as u64 + 1, 0x55);
+        let e = open_err(d.path(), no_index());
         assert!(
             e.contains(&seg_name(newest)) && e.contains(&format!("offset {}", offs[5])),
             "{e}"
@@ -4235,12 +4251,8 @@ mod tests {
     fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
         // no INDEX to say how far the newest segment was synced: the durable marks of
         // the records after the damage do
-        let no_index = Options {
-            index_snapshot: false,
-            ..opts()
-        };
         let d = tempfile::tempdir().unwrap();
-        let s = Store::open(d.path(), no_index.clone()).unwrap();
+        let s = Store::open(d.path(), no_index()).unwrap();
         for i in 0..20u8 {
             s.put(&[b'k', i], &[i; 100]).unwrap();
         }
@@ -4255,13 +4267,8 @@ mod tests {
         snapshot::remove(d.path()).unwrap();
         let path = d.path().join(seg_name(1));
         let offs = record_offsets(&path);
-        let mut data = fs::read(&path).unwrap();
-        data[offs[5] as usize + HEADER + 3] ^= 0x10;
-        fs::write(&path, &data).unwrap();
-        let e = Store::open(d.path(), no_index.clone())
-            .err()
-            .unwrap()
-            .to_string();
+        flip(&path, offs[5] + HEADER as u64 + 3, 0x10);
+        let e = Store::open(d.path(), no_index()).err().unwrap().to_string();
         assert!(
             e.contains(&format!("offset {}", offs[5])) && e.contains("not a torn tail"),
             "{e}"
@@ -4270,7 +4277,7 @@ mod tests {
             d.path(),
             Options {
                 repair: true,
-                ..no_index.clone()
+                ..no_index()
             },
         )
         .unwrap();
@@ -4281,7 +4288,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let unsynced = Options {
             durability: Durability::None,
-            ..no_index.clone()
+            ..no_index()
         };
         let s = Store::open(d.path(), unsynced.clone()).unwrap();
         s.put(b"first", b"1").unwrap();
@@ -4293,9 +4300,7 @@ mod tests {
         snapshot::remove(d.path()).unwrap();
         let path = d.path().join(seg_name(1));
         let offs = record_offsets(&path);
-        let mut data = fs::read(&path).unwrap();
-        data[offs[3] as usize + HEADER + 3] ^= 0x10;
-        fs::write(&path, &data).unwrap();
+        flip(&path, offs[3] + HEADER as u64 + 3, 0x10);
         let s = Store::open(d.path(), unsynced).unwrap();
         assert!(s.recovery.torn_bytes > 0);
         assert_eq!(s.len(), 3, "cut back to the last record before the tear");
@@ -4303,12 +4308,8 @@ mod tests {
 
     #[test]
     fn a_store_without_snapshots_still_finds_segments_cut_or_removed() {
-        let no_index = Options {
-            index_snapshot: false,
-            ..opts()
-        };
         let d = tempfile::tempdir().unwrap();
-        let s = Store::open(d.path(), no_index.clone()).unwrap();
+        let s = Store::open(d.path(), no_index()).unwrap();
         for i in 0..3000u32 {
             s.put(&i.to_le_bytes(), &[7; 100]).unwrap();
         }
@@ -4320,12 +4321,12 @@ mod tests {
             .collect();
         assert!(ids.len() > 3);
         // both ways of opening read the list; the index itself comes from the segments
-        for o in [no_index.clone(), opts()] {
+        for o in [no_index(), opts()] {
             let s = Store::open(d.path(), o).unwrap();
             assert!(!s.recovery.from_snapshot);
             assert_eq!(s.len(), 3000);
         }
-        let s = Store::open(d.path(), no_index.clone()).unwrap();
+        let s = Store::open(d.path(), no_index()).unwrap();
         drop(s);
         for remove in [false, true] {
             let c = copy_without_lock(d.path());
@@ -4338,7 +4339,7 @@ mod tests {
                     f.set_len(offs[offs.len() / 2]).unwrap();
                 }
             }
-            let e = Store::open(c.path(), no_index.clone()).err().unwrap();
+            let e = Store::open(c.path(), no_index()).err().unwrap();
             let e = e.to_string();
             assert!(
                 e.contains(&seg_name(2)) && e.contains("INDEX recorded"),
@@ -4348,7 +4349,7 @@ mod tests {
                 c.path(),
                 Options {
                     repair: true,
-                    ..no_index.clone()
+                    ..no_index()
                 },
             )
             .unwrap();
@@ -4452,18 +4453,9 @@ mod tests {
             let offs = record_offsets(&path);
             // before, 3 + COMMIT, 3 + COMMIT, after
             assert_eq!(offs.len(), 10);
-            let mut data = fs::read(&path).unwrap();
-            data[offs[damaged] as usize + 20] ^= 1;
-            fs::write(&path, &data).unwrap();
+            flip(&path, offs[damaged] + 20, 1);
             // (INDEX is not read, but what it recorded is the bound of what was synced)
-            let snapshots_off = Options {
-                index_snapshot: false,
-                ..opts()
-            };
-            let e = Store::open(d.path(), snapshots_off)
-                .err()
-                .unwrap()
-                .to_string();
+            let e = open_err(d.path(), no_index());
             assert!(e.contains(&format!("offset {}", offs[damaged])), "{e}");
             let s = Store::open(d.path(), repairing()).unwrap();
             let mut keys = s.keys().unwrap();
