@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
-use uringkit_core::kv::{Durability, Options, Store};
+use uringkit_core::kv::{Durability, Options, Refresh, Store};
 
 fn kv_err(e: std::io::Error) -> PyErr {
     use std::io::ErrorKind as K;
@@ -430,6 +430,25 @@ impl KvStore {
     fn checkpoint(&self, py: Python<'_>, path: PathBuf) -> PyResult<(usize, u64, u64)> {
         let s = self.store()?;
         py.detach(|| s.checkpoint(&path)).map_err(kv_err)
+    }
+
+    /// read_only: take in what the writer appended since (see Store::refresh): (records
+    /// read, bytes read, segments rolled over to, reopened). A compaction since makes it
+    /// open the store again: the new one replaces this one's (operations running on the
+    /// old one finish there).
+    fn refresh(&self, py: Python<'_>) -> PyResult<(u64, u64, usize, bool)> {
+        let s = self.store()?;
+        match py.detach(|| s.refresh()).map_err(kv_err)? {
+            Refresh::InPlace(n) => Ok((n.records, n.bytes, n.segments, false)),
+            Refresh::Reopened(new) => {
+                let mut g = self.inner.lock().expect("kv");
+                // (closed, or refreshed by another thread, meanwhile: this one is dropped)
+                if g.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, &s)) {
+                    *g = Some(Arc::new(*new));
+                }
+                Ok((0, 0, 0, true))
+            }
+        }
     }
 
     /// Read the segments into the page cache in the background (see Store::warm_up).

@@ -1,5 +1,6 @@
 """`kv.open(path, read_only=True)`: readers beside the one writer (LMDB's many readers,
-RocksDB's OpenForReadOnly), seeing the store as it was at open and changing nothing."""
+RocksDB's OpenForReadOnly), seeing the store as it was at open — or at their last
+refresh() — and changing nothing."""
 
 from __future__ import annotations
 
@@ -200,3 +201,105 @@ def test_read_only_opens_map_index_and_leave_a_damaged_one(tmp_path: Path) -> No
     with kv.open(p) as db, pytest.raises(OSError, match="INDEX"):
         db.get(b"absent")
     assert not index.exists()
+
+
+FOLLOWED = """
+import sys
+from uringkit import kv
+db = kv.open(sys.argv[1], durability=sys.argv[2], segment_size=64 << 10)
+i = 0
+while True:
+    # keys in order, each value its number 5 times: a reader sees a prefix, values whole
+    db.write([(b"f%07d" % j, b"%d" % j * 5) for j in range(i, i + 10)])
+    i += 10
+    if sys.argv[2] == "sync":
+        print(i, flush=True)  # acknowledged: on disk
+    if i % 3000 == 0:
+        db.compact()
+"""
+
+
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_refresh_follows_a_live_writer(tmp_path: Path, durability: str) -> None:
+    """One read-only store, refreshed over and over beside a writer process that puts
+    batches of 10 keys in order, rolls 64 KiB segments and compacts: after each refresh
+    it holds a prefix of what was written, in whole batches, every value whole, and
+    (durability="sync") at least every key the writer had acknowledged before the
+    refresh; compactions make it reopen, the rest is read in place."""
+    import threading
+
+    p = tmp_path / "s"
+    kv.open(p).close()
+    w = subprocess.Popen(
+        [sys.executable, "-c", FOLLOWED, str(p), durability], stdout=subprocess.PIPE, text=True
+    )
+    acked = [0]
+
+    def read_acks() -> None:
+        assert w.stdout is not None
+        for line in w.stdout:
+            acked[0] = int(line)
+
+    t = threading.Thread(target=read_acks, daemon=True)
+    t.start()
+    totals = {"records": 0, "segments": 0, "reopened": 0}
+    try:
+        with kv.open(p, read_only=True) as db:
+            seen, refreshes = 0, 0
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline or totals["reopened"] < 2:
+                assert time.monotonic() < deadline + 30, f"no compaction followed: {totals}"
+                before = acked[0]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    r = db.refresh()
+                refreshes += 1
+                for k in totals:
+                    totals[k] += r[k]
+                n = len(db)
+                assert n % 10 == 0 and n >= seen and n >= before, (n, seen, before, r)
+                if n:
+                    assert db.get(b"f%07d" % (n - 1)) == b"%d" % (n - 1) * 5
+                assert db.get(b"f%07d" % n) is None
+                for j in random.sample(range(n), min(50, n)):
+                    assert db.get(b"f%07d" % j) == b"%d" % j * 5, j
+                seen = n
+                time.sleep(0.005)
+            assert db.check()[1] == []
+        assert w.poll() is None, "the writer is unaffected"
+    finally:
+        w.kill()
+        w.wait()
+        t.join(5)
+        if w.stdout is not None:
+            w.stdout.close()
+    assert seen > 0 and totals["records"] > 0 and totals["segments"] > 0, totals
+    assert refreshes > totals["reopened"] >= 2
+
+
+def test_refresh_of_a_writer_or_a_closed_store(tmp_path: Path) -> None:
+    p = tmp_path / "s"
+    with kv.open(p) as w:
+        with pytest.raises(ValueError, match="read_only=True"):
+            w.refresh()
+        r = kv.open(p, read_only=True)
+        r.close()
+        with pytest.raises(ValueError, match="closed"):
+            r.refresh()
+
+
+def test_async_refresh(tmp_path: Path) -> None:
+    import asyncio
+
+    p = tmp_path / "s"
+
+    async def main() -> None:
+        with kv.open(p) as w:
+            w.put(b"a", b"1")
+            async with kv.open_async(p, read_only=True) as r:
+                w.put(b"b", b"2")
+                assert await r.get(b"b") is None
+                assert (await r.refresh())["records"] == 1
+                assert await r.get(b"b") == b"2"
+
+    asyncio.run(main())

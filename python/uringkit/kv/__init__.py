@@ -280,6 +280,29 @@ class DB:
         n, linked, copied = self._s.checkpoint(os.fspath(path))
         return {"segments": n, "linked_bytes": linked, "copied_bytes": copied}
 
+    def refresh(self) -> dict[str, int]:
+        """read_only=True: see what the writer wrote since this store was opened or last
+        refreshed (RocksDB's `TryCatchUpWithPrimary`; an LMDB reader's next
+        transaction). What the writer appended is read from where the last read stopped
+        — the segment it was reading and any the writer rolled over to since — so a
+        refresh costs what was written meanwhile, not a reopen. A record or a batch the
+        writer is still writing is taken in by a later refresh once it is whole (never
+        in part). A compaction since cannot be followed that way: the store is opened
+        again (as `open(read_only=True)` does; iterators and calls already running
+        finish on what they had). Until refreshed, the store reads as it was.
+
+        Returns {"records" read, "bytes" read, "segments" the writer rolled over to,
+        "reopened": 1 after a compaction, else 0}. OSError naming the file and offset
+        where a segment is damaged (as the open would); ValueError on the writer's own
+        open, which always sees its own writes."""
+        records, nbytes, segments, reopened = self._s.refresh()
+        return {
+            "records": records,
+            "bytes": nbytes,
+            "segments": segments,
+            "reopened": int(reopened),
+        }
+
     def warm_up(self) -> bool:
         """Start reading the store's segments into the page cache in a background
         thread (what `open(warm=True)` does by itself once a multi_get finds the store
@@ -349,7 +372,7 @@ def open(  # noqa: A001
 
     `read_only=True` opens without the writer's lock, so any number of processes can
     read a store while one writes it (`uringkit kv get/scan/stats/check` do): it sees
-    the store as it was at open — later writes are not seen; reopen for them — and
+    the store as it was at open until `refresh()` takes in what was written since — and
     changes nothing in the directory (a torn tail is not cut, a compaction's cleanup is
     left to the writer, no INDEX is written). Writes, compact() and sync() raise
     PermissionError; it cannot be combined with repair=True (ValueError), and it creates
@@ -557,6 +580,10 @@ class AsyncDB:
         """As `DB.checkpoint`, off the loop, after this store's queued writes."""
         await self._drain()
         return await self._run(self.db.checkpoint, path)  # type: ignore[no-any-return]
+
+    async def refresh(self) -> dict[str, int]:
+        """As `DB.refresh` (read_only=True stores), off the loop."""
+        return await self._run(self.db.refresh)  # type: ignore[no-any-return]
 
     async def _drain(self) -> None:
         while self._flusher is not None and not self._flusher.done():

@@ -94,6 +94,24 @@ pub struct Recovery {
     pub elapsed: Duration,
 }
 
+/// What [`Store::refresh`] took in, in place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refreshed {
+    /// records read (each batch member and COMMIT counts)
+    pub records: u64,
+    /// bytes of segments read
+    pub bytes: u64,
+    /// segments the writer rolled over to since
+    pub segments: usize,
+}
+
+/// The outcome of [`Store::refresh`].
+pub enum Refresh {
+    InPlace(Refreshed),
+    /// A compaction happened since: the store opened again, to use instead.
+    Reopened(Box<Store>),
+}
+
 /// What a segment's mapping is (see `Segment`'s fields).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mapping {
@@ -3364,6 +3382,155 @@ impl Store {
         Self::read_value(seg, loc, key)
     }
 
+    // ----- catching up (read-only) -----------------------------------------------------
+
+    /// Read-only: take in what the writer appended since this store was opened or last
+    /// refreshed (RocksDB's `TryCatchUpWithPrimary`). Records the writer appended to the
+    /// segment this store read last, and segments it rolled over to since, are replayed
+    /// in place; where reading stops is where the next refresh starts (a record or a
+    /// batch still being written is taken in once it is whole). A compaction since
+    /// (segments gone, or new ones with hint files) cannot be followed that way: the
+    /// store is opened again ([`Refresh::Reopened`], the new store to use instead).
+    /// The writer's own open: InvalidInput (a writer always sees its own writes).
+    pub fn refresh(&self) -> io::Result<Refresh> {
+        if !self.opts.read_only {
+            return Err(err(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: refresh() is for read_only=True opens — the writer's open always \
+                     sees its own writes",
+                    self.dir.display()
+                ),
+            ));
+        }
+        match self.catch_up() {
+            Ok(Some(r)) => Ok(Refresh::InPlace(r)),
+            // (NotFound: a segment removed under the catch-up — a compaction ran)
+            Ok(None) => {
+                Store::open(&self.dir, self.opts.clone()).map(|s| Refresh::Reopened(Box::new(s)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && self.dir.exists() => {
+                Store::open(&self.dir, self.opts.clone()).map(|s| Refresh::Reopened(Box::new(s)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Store::refresh`] in place; None where a compaction happened since.
+    fn catch_up(&self) -> io::Result<Option<Refreshed>> {
+        let names = Self::list_dir(&self.dir)?;
+        let mut st = self.state.write().expect("state");
+        let mut listed: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
+        let mut hinted: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
+        for name in &names {
+            if let Some(id) = name.strip_suffix(".seg").and_then(|s| s.parse().ok()) {
+                listed.insert(id);
+            }
+            if let Some(id) = name.strip_suffix(".hint").and_then(|s| s.parse().ok()) {
+                hinted.insert(id);
+            }
+        }
+        let retired = match names.iter().any(|n| n == COMPACT_MARKER) {
+            true => Self::compaction_retired(
+                &fs::read_to_string(self.dir.join(COMPACT_MARKER)).unwrap_or_default(),
+            ),
+            false => Vec::new(),
+        };
+        // a compaction since: one of ours retired or gone, or an output (with its hint)
+        let ours_gone = st
+            .segs
+            .keys()
+            .any(|id| !listed.contains(id) || retired.contains(id));
+        // (compaction outputs this store has, with their hints, may lie above the active)
+        let new: Vec<u32> = listed
+            .range(st.active + 1..)
+            .copied()
+            .filter(|id| !st.segs.contains_key(id))
+            .collect();
+        if ours_gone || new.iter().any(|id| hinted.contains(id)) {
+            return Ok(None);
+        }
+        let mut rec = Recovery::default();
+        let mut dead: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut out = Refreshed::default();
+        // the segment read last, from where reading stopped, then each newer one
+        let mut todo: Vec<u32> = vec![st.active];
+        todo.extend(&new);
+        let last = *todo.last().expect("the active segment");
+        let mut opened: Vec<(u32, i32)> = Vec::new();
+        let result = (|| -> io::Result<()> {
+            for id in &todo {
+                let path = self.dir.join(seg_name(*id));
+                let (fd, from) = match st.segs.get(id) {
+                    Some(s) => (s.fd, s.size.load(Ordering::Relaxed)),
+                    None => {
+                        let fd = open_fd(&path, libc::O_RDONLY)?;
+                        opened.push((*id, fd));
+                        (fd, 0)
+                    }
+                };
+                // (read like the newest segment of a read-only open: copied with pread —
+                // the writer cuts the zero tail of a segment when it rolls)
+                let scan = Scan {
+                    id: *id,
+                    fd,
+                    from,
+                    newest: true,
+                    repair: false,
+                    zeros_end_it: false,
+                    synced: 0,
+                    read_only: true,
+                };
+                let (end, seq) = Self::replay(&path, scan, &mut st.index, &mut rec, &mut dead)?;
+                st.seq = st.seq.max(seq);
+                out.bytes += end.saturating_sub(from);
+                if *id != last {
+                    // a segment the writer has moved on from holds nothing but whole
+                    // records: anything else after where reading stopped is damage
+                    let size = fs::metadata(&path)?.len();
+                    if garbage_after(fd, end, size)? > 0 {
+                        return Err(err(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "{}: corrupt record at offset {end} (the writer has moved \
+                                 on to a newer segment); reopen the store to see the \
+                                 damage reported, or repair it with the writer's open",
+                                path.display()
+                            ),
+                        ));
+                    }
+                }
+                match st.segs.get(id) {
+                    Some(s) => s.size.store(end, Ordering::Relaxed),
+                    None => {
+                        let fd = opened.pop().expect("opened above").1;
+                        let d = dead.remove(id).unwrap_or(0).min(end);
+                        // (read with pread: see the read-only open's newest segment)
+                        st.segs.insert(*id, Segment::new(fd, end, d, None));
+                        out.segments += 1;
+                    }
+                }
+                // (a failure in a later segment leaves what came before it taken in)
+                st.active = *id;
+                st.next_id = st.next_id.max(*id + 1);
+            }
+            Ok(())
+        })();
+        for (_, fd) in opened {
+            // SAFETY: opened above and not handed to a Segment.
+            unsafe { libc::close(fd) };
+        }
+        for (id, d) in dead {
+            if let Some(s) = st.segs.get(&id) {
+                s.dead.fetch_add(d, Ordering::Relaxed);
+            }
+        }
+        st.index.purge_tombstones();
+        result?;
+        out.records = rec.records;
+        Ok(Some(out))
+    }
+
     // ----- checkpoints -----------------------------------------------------------------
 
     /// Make `dest` (a new directory) a store holding what this one holds now (RocksDB's
@@ -4402,6 +4569,140 @@ mod tests {
         assert!(!after
             .iter()
             .any(|n| n.ends_with(".tmp") || n == COMPACT_MARKER));
+    }
+
+    #[test]
+    fn a_read_only_store_refreshes_to_follow_the_writer() {
+        let d = tempfile::tempdir().unwrap();
+        let w = Store::open(d.path(), opts()).unwrap();
+        for i in 0..100u32 {
+            w.put(format!("k{i}").as_bytes(), &[i as u8; 300]).unwrap();
+        }
+        let ro = Options {
+            read_only: true,
+            ..opts()
+        };
+        let r = Store::open(d.path(), ro.clone()).unwrap();
+        assert_eq!(r.len(), 100);
+        // the writer's open cannot refresh
+        let Err(e) = w.refresh() else {
+            panic!("a writer refreshed")
+        };
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        // nothing new: nothing read
+        let Refresh::InPlace(n) = r.refresh().unwrap() else {
+            panic!("reopened with nothing new")
+        };
+        assert_eq!(n, Refreshed::default());
+        // puts that roll over to new segments (64 KiB each), deletes, a batch
+        for i in 100..1000u32 {
+            w.put(format!("k{i}").as_bytes(), &[i as u8; 300]).unwrap();
+        }
+        for i in (0..1000u32).step_by(7) {
+            w.delete(format!("k{i}").as_bytes()).unwrap();
+        }
+        w.batch(&[(b"b1", Some(b"x")), (b"b2", Some(b"y")), (b"k1", None)])
+            .unwrap();
+        let before = r.state.read().unwrap().active;
+        assert_eq!(r.len(), 100); // (as at its open until refreshed)
+        let Refresh::InPlace(n) = r.refresh().unwrap() else {
+            panic!("reopened without a compaction")
+        };
+        assert!(n.segments >= 3 && n.records > 1000, "{n:?}");
+        assert!(r.state.read().unwrap().active > before);
+        assert_eq!(r.len(), w.len());
+        for i in 0..1000u32 {
+            let want = (i % 7 != 0 && i != 1).then(|| vec![i as u8; 300]);
+            assert_eq!(r.get(format!("k{i}").as_bytes()).unwrap(), want, "k{i}");
+        }
+        assert_eq!(r.get(b"b2").unwrap().as_deref(), Some(&b"y"[..]));
+        assert!(r.check().unwrap().1.is_empty());
+        // a compaction cannot be followed in place: the store is opened again
+        w.compact().unwrap();
+        w.put(b"after", b"compaction").unwrap();
+        let Refresh::Reopened(r2) = r.refresh().unwrap() else {
+            panic!("followed a compaction in place")
+        };
+        assert_eq!(r2.len(), w.len());
+        assert_eq!(
+            r2.get(b"after").unwrap().as_deref(),
+            Some(&b"compaction"[..])
+        );
+        // (the old one still reads what it saw: its files stay open)
+        assert_eq!(r.get(b"b1").unwrap().as_deref(), Some(&b"x"[..]));
+        // a refresh of the new one goes on in place
+        w.put(b"later", b"1").unwrap();
+        assert!(matches!(r2.refresh().unwrap(), Refresh::InPlace(n) if n.records == 1));
+        assert_eq!(r2.get(b"later").unwrap().as_deref(), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn a_refresh_takes_in_a_record_or_a_batch_once_it_is_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let w = Store::open(d.path(), opts()).unwrap();
+        w.put(b"a", b"1").unwrap();
+        let active = w.state.read().unwrap().active;
+        drop(w); // (its close cuts the segment to its records)
+        let seg = d.path().join(seg_name(active));
+        let append = |b: &[u8]| {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new().append(true).open(&seg).unwrap();
+            f.write_all(b).unwrap();
+        };
+        let r = Store::open(
+            d.path(),
+            Options {
+                read_only: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+        // a record being written: half of it is there
+        let mut one = Vec::new();
+        record::encode(&mut one, Kind::Put, 0, 100, b"b", &[7u8; 500], 0);
+        append(&one[..200]);
+        let in_place = |r: &Store| match r.refresh().unwrap() {
+            Refresh::InPlace(n) => n,
+            Refresh::Reopened(_) => panic!("reopened"),
+        };
+        assert_eq!(in_place(&r).records, 0);
+        assert_eq!(r.get(b"b").unwrap(), None);
+        append(&one[200..]);
+        assert_eq!(in_place(&r).records, 1);
+        assert_eq!(r.get(b"b").unwrap(), Some(vec![7u8; 500]));
+        // a batch: its members are not seen before its COMMIT
+        let mut batch = Vec::new();
+        record::encode(&mut batch, Kind::Put, FLAG_BATCH, 101, b"c", b"3", 0);
+        record::encode(&mut batch, Kind::Delete, FLAG_BATCH, 101, b"a", b"", 0);
+        append(&batch);
+        in_place(&r);
+        assert_eq!((r.get(b"c").unwrap(), r.len()), (None, 2));
+        let mut commit = Vec::new();
+        record::encode_commit(&mut commit, 101, 2, 0);
+        append(&commit);
+        assert_eq!(in_place(&r).records, 3); // (the members are read again)
+        assert_eq!(r.get(b"c").unwrap().as_deref(), Some(&b"3"[..]));
+        assert_eq!((r.get(b"a").unwrap(), r.len()), (None, 2));
+        // damage followed by a record that says it lies in synced bytes: an error
+        let end = fs::metadata(&seg).unwrap().len();
+        let mut bad = Vec::new();
+        record::encode(&mut bad, Kind::Put, 0, 102, b"d", b"4", 0);
+        bad[10] ^= 0x40;
+        record::encode(
+            &mut bad,
+            Kind::Put,
+            0,
+            103,
+            b"e",
+            b"5",
+            record::mark(active, end + 60),
+        );
+        append(&bad);
+        let Err(e) = r.refresh() else {
+            panic!("damage taken for a record being written")
+        };
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains(&format!("offset {end}")), "{e}");
     }
 
     #[test]
