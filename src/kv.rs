@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
-use uringkit_core::kv::{Durability, Options, Refresh, Store};
+use uringkit_core::kv::{AutoCompact, Durability, Options, Refresh, Store};
 
 fn kv_err(e: std::io::Error) -> PyErr {
     use std::io::ErrorKind as K;
@@ -165,7 +165,8 @@ impl KvStore {
     #[new]
     #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
         repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true,
-        warm=true, sqpoll=false, read_only=false))]
+        warm=true, sqpoll=false, read_only=false, auto_compact=Some(0.5),
+        auto_compact_bytes=64<<20))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -182,6 +183,8 @@ impl KvStore {
         warm: bool,
         sqpoll: bool,
         read_only: bool,
+        auto_compact: Option<f64>,
+        auto_compact_bytes: u64,
     ) -> PyResult<Self> {
         let durability = match durability {
             "sync" => Durability::Sync,
@@ -201,6 +204,18 @@ impl KvStore {
                 "segment_size must be between 4096 and 2 GiB",
             ));
         }
+        let auto_compact = match auto_compact {
+            None => None,
+            Some(r) if r > 0.0 && r <= 1.0 => Some(AutoCompact {
+                ratio: r,
+                min_bytes: auto_compact_bytes,
+            }),
+            Some(r) => {
+                return Err(PyValueError::new_err(format!(
+                    "auto_compact={r}: give the fraction of the sealed segments' bytes that                      must be dead before a background compaction starts, above 0 and at                      most 1 (0.5 by default), or None to compact only when compact() is                      called"
+                )))
+            }
+        };
         let opts = Options {
             durability,
             create,
@@ -215,9 +230,10 @@ impl KvStore {
             relay: std::env::var("URINGKIT_KV_RELAY").map_or(true, |v| v != "0"),
             sqpoll,
             read_only,
+            auto_compact,
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
-        Store::start_flusher(&store);
+        Store::start_background(&store);
         Ok(KvStore {
             inner: std::sync::Mutex::new(Some(store)),
         })

@@ -324,7 +324,10 @@ class DB:
         if this process is killed, the next open replays nothing it covers — see
         docs/kv-format.md), group_commits (durable writes + fdatasyncs, each serving a
         group of writers), relay_primed (durable writes from threads whose GIL hand-off
-        went to a writer woken ahead of its turn: see docs/kv-format.md, "Writing")."""
+        went to a writer woken ahead of its turn: see docs/kv-format.md, "Writing"),
+        auto_compactions / auto_compact_failures (background compactions done / failed,
+        see `open(auto_compact=...)`), sealed_dead_bytes (dead bytes in the sealed
+        segments: what a compaction would reclaim)."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:
@@ -360,6 +363,8 @@ def open(  # noqa: A001
     warm: bool = True,
     sqpoll: bool = False,
     read_only: bool = False,
+    auto_compact: float | None = 0.5,
+    auto_compact_bytes: int = 64 << 20,
 ) -> DB:
     """Open (or create) the store in directory `path`.
 
@@ -405,6 +410,16 @@ def open(  # noqa: A001
     writes only INDEX's header, the list of segments and their sizes, so that one cut
     short or removed outside the store is still found at open).
 
+    `auto_compact=0.5` (the default): each time a segment fills up and is sealed, a
+    compaction starts in a background thread if at least that fraction of the sealed
+    segments' bytes — and at least `auto_compact_bytes` (64 MiB) — are dead: records
+    overwritten or deleted since (Bitcask's merge triggers; RocksDB compacts by itself
+    too). It is `compact()`, run for you: reads and writes go on, a crash loses nothing,
+    one runs at a time, and close() waits for one that is running. `stats()` counts them
+    (`auto_compactions`, `auto_compact_failures`: a failed one — a full disk — is tried
+    again at the next sealed segment; `compact()` raises its error) and shows
+    `sealed_dead_bytes`. `auto_compact=None`: only `compact()` compacts.
+
     `warm=True` (the default): when a multi_get finds values that are not in the page
     cache, the store's segments are read in by a background thread (once per open, 4 MiB
     at a time, lowest best-effort I/O priority) — only if they fit in a quarter of the
@@ -428,6 +443,8 @@ def open(  # noqa: A001
         warm=warm,
         sqpoll=sqpoll,
         read_only=read_only,
+        auto_compact=auto_compact,
+        auto_compact_bytes=auto_compact_bytes,
     )
     return DB(store, p)
 

@@ -4,10 +4,12 @@
 A writer process puts with durability="sync" (or "batch"/"none": a killed process
 loses nothing they acknowledged either — only a crash of the machine could), logging an
 intent before each operation and an acknowledgement after it returns, and is SIGKILLed
-at a random moment (some rounds during compaction). The store is then reopened and
-checked: every acknowledged write is there with its exact value, no acknowledged delete
-has come back, nothing with a bad CRC is served, and the one operation each writer had
-in flight at the kill either landed whole or not at all (a batch all or nothing).
+at a random moment (some rounds during compaction: compact() is called in one round in
+three, another third compacts in the background, `auto_compact`). The store is then
+reopened and checked: every acknowledged write is there with its exact value, no
+acknowledged delete has come back, nothing with a bad CRC is served, and the one
+operation each writer had in flight at the kill either landed whole or not at all (a
+batch all or nothing).
 
 Two writers: "threads" (one blocking writer, puts/deletes/batches/compactions on 400
 keys) and "async" (eight asyncio tasks on the event loop's group commit, each on its own
@@ -42,6 +44,9 @@ path, seed = sys.argv[1], int(sys.argv[2])
 log = os.fdopen(int(sys.argv[3]), "w", buffering=1)
 direct = sys.argv[4] == "direct"
 durability = sys.argv[5]
+# one round in three (seed % 3 == 1) compacts in the background, at nearly every
+# sealed segment; the others only when compact() is called (or never)
+auto = 16 << 10 if seed % 3 == 1 else None
 def line(ops):
     return " ".join(k.hex() + ":" + ("-" if v is None else v.hex()) for k, v in ops)
 """
@@ -50,7 +55,10 @@ THREAD_WRITER = (
     _LOG
     + r"""
 rng = random.Random(seed)
-db = kv.open(path, durability=durability, segment_size=64 << 10, direct=direct)
+db = kv.open(
+    path, durability=durability, segment_size=64 << 10, direct=direct,
+    auto_compact=auto and 0.3, auto_compact_bytes=auto or 0,
+)
 i = 0
 while True:
     i += 1
@@ -112,7 +120,8 @@ async def task(db, t):
 
 async def main():
     async with kv.open_async(
-        path, durability, segment_size=64 << 10, direct=direct
+        path, durability, segment_size=64 << 10, direct=direct,
+        auto_compact=auto and 0.3, auto_compact_bytes=auto or 0,
     ) as db:
         await asyncio.gather(*(task(db, t) for t in range(8)))
 

@@ -57,6 +57,28 @@ pub struct Options {
     /// is at open, nothing in the directory changed (no torn tail cut, no compaction
     /// finished, no `INDEX` written), every write refused.
     pub read_only: bool,
+    /// Compact in the background when the sealed segments hold enough dead bytes
+    /// (checked each time a segment is sealed; only for stores started with
+    /// [`Store::start_background`]). None: only [`Store::compact`] compacts.
+    pub auto_compact: Option<AutoCompact>,
+}
+
+/// When a background compaction starts (Bitcask's merge triggers): at least `ratio` of
+/// the sealed segments' bytes are dead (overwritten or deleted records) *and* at least
+/// `min_bytes` are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AutoCompact {
+    pub ratio: f64,
+    pub min_bytes: u64,
+}
+
+impl Default for AutoCompact {
+    fn default() -> Self {
+        AutoCompact {
+            ratio: 0.5,
+            min_bytes: 64 << 20,
+        }
+    }
 }
 
 impl Default for Options {
@@ -73,6 +95,7 @@ impl Default for Options {
             relay: false,
             sqpoll: false,
             read_only: false,
+            auto_compact: Some(AutoCompact::default()),
         }
     }
 }
@@ -538,6 +561,13 @@ pub struct Store {
     commit: Mutex<Commit>,
     commit_cv: Condvar,
     compacting: Mutex<()>,
+    /// This store, for the threads it starts itself (set by [`Store::start_background`]).
+    me: OnceLock<std::sync::Weak<Store>>,
+    /// A background compaction's thread is running.
+    auto_running: AtomicBool,
+    /// Background compactions done, and failed.
+    auto_compactions: AtomicU64,
+    auto_compact_failures: AtomicU64,
     /// A small ring for multi_get's batched reads of values not in the page cache.
     reader: Mutex<Option<io_uring::IoUring>>,
     /// Bytes of the active segment already handed to the kernel (readers of newer
@@ -1386,6 +1416,10 @@ impl Store {
             primed_handoffs: AtomicU64::new(0),
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
+            me: OnceLock::new(),
+            auto_running: AtomicBool::new(false),
+            auto_compactions: AtomicU64::new(0),
+            auto_compact_failures: AtomicU64::new(0),
             reader: Mutex::new(None),
             recovery: rec,
             active_kind: kind,
@@ -2875,6 +2909,7 @@ impl Store {
         if self.active_kind != ActiveKind::Plain {
             app.set_active(Some(seg.clone()));
         }
+        self.maybe_auto_compact();
         Ok((id, seg))
     }
 
@@ -2911,6 +2946,13 @@ impl Store {
     /// durability="batch": a thread that makes the store durable every `ms` even when no
     /// write comes along to do it, so the loss window after a crash is bounded by time,
     /// not by the next write. It holds only a weak reference: it ends with the store.
+    /// Start what a store shared by threads does by itself: the periodic fdatasync of
+    /// `durability="batch"` and compactions in the background ([`Options::auto_compact`]).
+    pub fn start_background(store: &Arc<Store>) {
+        let _ = store.me.set(Arc::downgrade(store));
+        Self::start_flusher(store);
+    }
+
     pub fn start_flusher(store: &Arc<Store>) {
         let Durability::Batch { ms, .. } = store.opts.durability else {
             return;
@@ -3616,6 +3658,72 @@ impl Store {
         // live records are what the index lists: it must be whole
         self.index_trusted()?;
         let _only_one = self.compacting.lock().expect("compacting");
+        self.compact_locked()
+    }
+
+    /// The sealed segments' dead bytes and bytes.
+    fn sealed_dead(&self) -> (u64, u64) {
+        let st = self.state.read().expect("state");
+        st.segs
+            .iter()
+            .filter(|(id, _)| **id != st.active)
+            .fold((0, 0), |(d, n), (_, s)| {
+                let size = s.size.load(Ordering::Relaxed);
+                (d + s.dead.load(Ordering::Relaxed).min(size), n + size)
+            })
+    }
+
+    /// Whether [`Options::auto_compact`]'s trigger holds now.
+    fn compaction_due(&self) -> bool {
+        let Some(a) = self.opts.auto_compact else {
+            return false;
+        };
+        let (dead, total) = self.sealed_dead();
+        total > 0 && dead >= a.min_bytes.max(1) && dead as f64 >= a.ratio * total as f64
+    }
+
+    /// A segment was sealed: start a background compaction if one is due (and none runs).
+    fn maybe_auto_compact(&self) {
+        if self.opts.read_only || !self.compaction_due() {
+            return;
+        }
+        let Some(weak) = self.me.get().cloned() else {
+            return;
+        };
+        if self.auto_running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("xkv-compact".into())
+            .spawn(move || {
+                // (a store closed meanwhile: nothing to do)
+                if let Some(s) = weak.upgrade() {
+                    s.auto_compact();
+                    s.auto_running.store(false, Ordering::Release);
+                }
+            });
+        if spawned.is_err() {
+            self.auto_running.store(false, Ordering::Release);
+        }
+    }
+
+    /// The background compaction: checked again once no other one runs (a compaction
+    /// that just ran — this one's trigger may have been its own sealing roll — leaves
+    /// nothing to do).
+    fn auto_compact(&self) {
+        let _only_one = self.compacting.lock().expect("compacting");
+        if !self.compaction_due() || self.index_trusted().is_err() {
+            return;
+        }
+        match self.compact_locked() {
+            Ok(_) => self.auto_compactions.fetch_add(1, Ordering::Relaxed),
+            // (the next sealed segment tries again; compact() reports the error)
+            Err(_) => self.auto_compact_failures.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    /// [`Store::compact`], with the compaction lock held.
+    fn compact_locked(&self) -> io::Result<(usize, u64)> {
         // the index snapshot names the segments about to be retired: drop it first (and
         // the live overlay made over it)
         {
@@ -3766,6 +3874,7 @@ impl Store {
                 c.unsynced,
             )
         };
+        let sealed_dead = self.sealed_dead().0; // (before the state lock below: not held twice)
         let st = self.state.read().expect("state");
         let size: u64 = st
             .segs
@@ -3812,6 +3921,17 @@ impl Store {
                 "relay_primed".into(),
                 self.primed_handoffs.load(Ordering::Relaxed),
             ),
+            // background compactions (Options::auto_compact) done / failed, and the
+            // sealed segments' dead bytes that trigger them
+            (
+                "auto_compactions".into(),
+                self.auto_compactions.load(Ordering::Relaxed),
+            ),
+            (
+                "auto_compact_failures".into(),
+                self.auto_compact_failures.load(Ordering::Relaxed),
+            ),
+            ("sealed_dead_bytes".into(), sealed_dead),
         ]
     }
 
@@ -4569,6 +4689,98 @@ mod tests {
         assert!(!after
             .iter()
             .any(|n| n.ends_with(".tmp") || n == COMPACT_MARKER));
+    }
+
+    #[test]
+    fn auto_compaction_runs_in_the_background_when_dead_bytes_pass_the_trigger() {
+        let d = tempfile::tempdir().unwrap();
+        let trigger = AutoCompact {
+            ratio: 0.5,
+            min_bytes: 100 << 10,
+        };
+        let o = Options {
+            durability: Durability::None,
+            auto_compact: Some(trigger),
+            ..opts()
+        };
+        let s = Arc::new(Store::open(d.path(), o.clone()).unwrap());
+        Store::start_background(&s);
+        let auto = |s: &Store| {
+            let st: BTreeMap<String, u64> = s.stats().into_iter().collect();
+            (st["auto_compactions"], st["auto_compact_failures"])
+        };
+        // 300 keys, each rewritten 40 times (~16 KiB of live data, ~650 KiB written)
+        for round in 0..40u8 {
+            for i in 0..300u32 {
+                s.put(format!("k{i}").as_bytes(), &[round; 50]).unwrap();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while auto(&s).0 == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(auto(&s).1, 0);
+        assert!(auto(&s).0 >= 1, "no background compaction");
+        // what it retired is gone from the disk
+        let st: BTreeMap<String, u64> = s.stats().into_iter().collect();
+        // (a compaction retires at least `min_bytes` of dead records)
+        let written: u64 = (0..300u32)
+            .map(|i| 40 * (HEADER + format!("k{i}").len() + 50) as u64)
+            .sum();
+        assert!(st["bytes_on_disk"] <= written - (100 << 10), "{st:?}");
+        for i in 0..300u32 {
+            assert_eq!(
+                s.get(format!("k{i}").as_bytes()).unwrap(),
+                Some(vec![39; 50])
+            );
+        }
+        // a running compaction is waited for: the store closes (and reopens) whole
+        while Arc::strong_count(&s) > 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(s);
+        let r = Store::open(d.path(), o).unwrap();
+        assert_eq!(r.len(), 300);
+        assert!(r.check().unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn no_auto_compaction_below_the_trigger_or_when_turned_off() {
+        for (auto, rounds) in [
+            (None, 40u8),
+            (
+                Some(AutoCompact {
+                    ratio: 1.0, // (never all dead: the newest value of each key lives)
+                    min_bytes: 1,
+                }),
+                40,
+            ),
+            (
+                Some(AutoCompact {
+                    ratio: 0.1,
+                    min_bytes: 10 << 20, // (more than is ever written)
+                }),
+                40,
+            ),
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            let o = Options {
+                durability: Durability::None,
+                auto_compact: auto,
+                ..opts()
+            };
+            let s = Arc::new(Store::open(d.path(), o).unwrap());
+            Store::start_background(&s);
+            for round in 0..rounds {
+                for i in 0..300u32 {
+                    s.put(format!("k{i}").as_bytes(), &[round; 50]).unwrap();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let st: BTreeMap<String, u64> = s.stats().into_iter().collect();
+            assert_eq!(st["auto_compactions"], 0, "{auto:?}");
+            assert!(st["segments"] > 8, "{auto:?}");
+        }
     }
 
     #[test]
