@@ -57,7 +57,11 @@ def main(argv: list[str]) -> int:
         ("get", "print a value"),
         ("delete", "delete a key"),
         ("scan", "list keys (and values)"),
-        ("compact", "rewrite live data, reclaim space"),
+        (
+            "compact",
+            "rewrite live data, reclaim space now (a writer also compacts in the "
+            "background once half of its sealed segments' bytes, and 64 MiB, are dead)",
+        ),
         ("check", "verify every live record's CRC"),
         ("stats", "sizes, counts, recovery info"),
         ("backup", "copy the store to a new directory (hard links where it can)"),
