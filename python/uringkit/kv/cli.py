@@ -140,8 +140,9 @@ def main(argv: list[str]) -> int:
                 if a.json:
                     print(json.dumps(st, indent=2))
                 else:
+                    width = max(map(len, st))
                     for name, value in st.items():
-                        print(f"{name:16} {value}")
+                        print(f"{name:{width}} {value}")
     except (OSError, ValueError) as e:
         print(f"uringkit kv: {e}", file=sys.stderr)
         return 1
