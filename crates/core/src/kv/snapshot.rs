@@ -297,12 +297,22 @@ fn round_up(x: u64) -> u64 {
 /// describes must already be durable: a snapshot never points at data the disk might
 /// not have.
 pub fn write(dir: &Path, index: &Index, seq: u64, at: &Recorded) -> io::Result<()> {
+    write_parts(dir, &index.to_parts(), seq, at)
+}
+
+/// [`write`] from the index's parts (a copy of them, taken under the store's locks, can
+/// be written after they are released).
+pub fn write_parts(
+    dir: &Path,
+    p: &super::index::Parts<'_>,
+    seq: u64,
+    at: &Recorded,
+) -> io::Result<()> {
     let Recorded {
         active,
         active_off,
         ref segs,
     } = *at;
-    let p = index.to_parts();
     let buckets = (p.ctrl.len() - GROUP) as u64;
     let arena_len = (p.arena[0].len() + p.arena[1].len()) as u64;
     let head_len = (FIXED + segs.len() * 24 + 4) as u64;

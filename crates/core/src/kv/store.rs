@@ -3757,13 +3757,16 @@ impl Store {
                 .copied()
                 .filter(|&id| id != st.active)
                 .collect();
-            let snap: Vec<(Vec<u8>, Loc, Arc<Segment>)> = st
-                .index
-                .iter()
-                .filter(|(_, l)| l.seg != st.active)
-                .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()))
-                .collect();
-            (old, snap)
+            // (keys copied back to back, no allocation per key: the state lock is held
+            // for the pass over the index alone — writers wait to index meanwhile)
+            let n = st.index.len();
+            let mut keys: Vec<u8> = Vec::with_capacity(n * 16);
+            let mut live: Vec<(usize, usize, Loc)> = Vec::with_capacity(n);
+            for (k, l) in st.index.iter().filter(|(_, l)| l.seg != st.active) {
+                live.push((keys.len(), k.len(), l));
+                keys.extend_from_slice(k);
+            }
+            (old, (keys, live, st.segs.clone()))
         };
         if old.is_empty() {
             return Ok((0, 0));
@@ -3778,7 +3781,9 @@ impl Store {
         let mut new_segs: Vec<NewSeg> = Vec::new();
         let mut cur: Option<NewSeg> = None;
         let mut buf = Vec::new();
-        for (k, l, seg) in &snapshot {
+        let (keys, live, segs) = &snapshot;
+        for &(at, n, ref l) in live {
+            let (k, seg) = (&keys[at..at + n], &segs[&l.seg]);
             let v = Self::read_value(seg, *l, k)?;
             buf.clear();
             record::encode(&mut buf, Kind::Put, 0, l.seq, k, &v, 0);
@@ -3806,7 +3811,7 @@ impl Store {
             let (id, fd, size, entries) = cur.as_mut().expect("segment");
             crate::sys::fileio::pwrite_all(*fd, &buf, *size)?;
             entries.push((
-                k.clone(),
+                k.to_vec(),
                 Loc {
                     seg: *id,
                     val_len: l.val_len,
@@ -3841,11 +3846,24 @@ impl Store {
         fsync_dir(&self.dir)?;
         // 4. point the index at the copies (unless a newer write moved the key meanwhile)
         let after: u64 = new_segs.iter().map(|s| s.2).sum();
+        // (in chunks, the state lock released between them: each key is moved on its
+        // own — only if it is still where it was copied from — and readers find it in
+        // either place meanwhile, since the old segments stay in the map until all are
+        // done; one lock hold over a million keys stalled every reader and writer for
+        // 0.4-0.8 s)
         {
             let mut st = self.state.write().expect("state");
-            for (id, fd, size, entries) in &new_segs {
+            for (id, fd, size, _) in &new_segs {
                 st.segs.insert(*id, Segment::new(*fd, *size, 0, Some(0)));
-                for (k, l) in entries {
+            }
+        }
+        for (_, _, _, entries) in &new_segs {
+            for chunk in entries.chunks(1024) {
+                // (a lock released and taken straight back would go to this thread
+                // again, ahead of the woken waiters: a moment for them first)
+                std::thread::sleep(Duration::from_micros(20));
+                let mut st = self.state.write().expect("state");
+                for (k, l) in chunk {
                     if let Some(cur) = st.index.get(k) {
                         if cur.seq == l.seq && old.contains(&cur.seg) {
                             st.index.put(k, *l, false);
@@ -3853,12 +3871,74 @@ impl Store {
                     }
                 }
             }
+        }
+        {
+            let mut st = self.state.write().expect("state");
             for id in &old {
                 st.segs.remove(id); // fds close when the last reader drops its Arc
             }
         }
         Self::finish_compaction(&self.dir)?;
+        // 5. a new INDEX (step 1 removed the one that named the retired segments): a
+        //    writer killed from here on reopens by mapping it, not by loading every hint
+        //    file into a new index (~0.35 s per million keys). Best effort: without it
+        //    the next open is slower, never wrong.
+        if self.opts.index_snapshot {
+            let _ = self.snapshot_online();
+        }
         Ok((old.len(), before.saturating_sub(after)))
+    }
+
+    /// Write `INDEX` while the store stays open: everything written so far is flushed,
+    /// fdatasynced and indexed (writers wait meanwhile), the index is copied, and the
+    /// copy is written after the locks are released — writers pause for the last
+    /// fdatasync and the copy (~90 ms for a million 16-byte keys here), not for the
+    /// file's writing (~0.5 s). What is appended later lies
+    /// after the `active_off` it records: the next open replays it. Only under the
+    /// compaction lock (no compaction retires a segment it lists before it is written).
+    fn snapshot_online(&self) -> io::Result<()> {
+        self.index_trusted()?;
+        // Most of what the active segment holds unsynced goes to the disk first, with
+        // writers going on: the fdatasync under the lock below then has little to write
+        // (~60 MB written during a compaction of 1M keys took 136 ms to sync there).
+        let act = {
+            let st = self.state.read().expect("state");
+            st.segs.get(&st.active).cloned()
+        };
+        if let Some(a) = act {
+            // SAFETY: the segment's fd stays open while its Arc is held.
+            unsafe { libc::fdatasync(a.fd) };
+        }
+        let (ctrl, slots, arena, p, seq, at) = {
+            let mut c = self.commit.lock().expect("commit");
+            while c.leader {
+                c = self.commit_cv.wait(c).expect("commit wait");
+            }
+            self.flush_locked(&mut c, true)?;
+            let end = c.write_off;
+            let mut st = self.state.write().expect("state");
+            st.index.merge_overlay();
+            let at = Self::synced_segments(&st, end)?;
+            let p = st.index.to_parts();
+            let copy = (
+                p.ctrl.to_vec(),
+                p.slots.to_vec(),
+                [p.arena[0], p.arena[1]].concat(),
+            );
+            let meta = (p.seed, p.check, p.dead, p.items, p.deleted);
+            (copy.0, copy.1, copy.2, meta, st.seq, at)
+        };
+        let parts = super::index::Parts {
+            seed: p.0,
+            check: p.1,
+            ctrl: &ctrl,
+            slots: &slots,
+            arena: [&arena, &[]],
+            dead: p.2,
+            items: p.3,
+            deleted: p.4,
+        };
+        snapshot::write_parts(&self.dir, &parts, seq, &at)
     }
 
     // ----- introspection ---------------------------------------------------------------
@@ -5008,6 +5088,42 @@ mod tests {
     }
 
     #[test]
+    fn a_compaction_leaves_an_index_for_the_next_open_after_a_kill() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), opts()).unwrap();
+        for round in 0..3u8 {
+            for i in 0..1000u32 {
+                s.put(format!("k{i}").as_bytes(), &[round; 60]).unwrap();
+            }
+        }
+        s.delete(b"k3").unwrap();
+        s.compact().unwrap();
+        assert!(
+            d.path().join(snapshot::FILE).exists(),
+            "no INDEX after compact()"
+        );
+        // written after it: replayed on top of it
+        s.put(b"after", b"1").unwrap();
+        s.delete(b"k4").unwrap();
+        for i in 0..1500u32 {
+            s.put(format!("n{i}").as_bytes(), &[9; 60]).unwrap(); // (rolls)
+        }
+        let keys = s.len();
+        std::mem::forget(s); // killed: no close, no INDEX of its own
+        let c = copy_without_lock(d.path());
+        let r = Store::open(c.path(), opts()).unwrap();
+        assert!(r.recovery.from_snapshot, "{:?}", r.recovery);
+        assert_eq!(r.recovery.from_hints, 0);
+        assert_eq!(r.len(), keys);
+        assert_eq!(r.get(b"k5").unwrap(), Some(vec![2; 60]));
+        assert_eq!(r.get(b"k3").unwrap(), None);
+        assert_eq!(r.get(b"k4").unwrap(), None);
+        assert_eq!(r.get(b"after").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(r.get(b"n1499").unwrap(), Some(vec![9; 60]));
+        assert!(r.check().unwrap().1.is_empty());
+    }
+
+    #[test]
     fn an_overlay_that_outgrows_its_file_goes_back_to_the_heap() {
         let o = || Options {
             durability: Durability::None,
@@ -5119,9 +5235,12 @@ mod tests {
         fs::remove_file(copy.path().join(overlay::FILE)).unwrap();
         let s = Store::open(copy.path(), opts()).unwrap();
         same(&s);
-        // compaction retires segments the snapshot named: it is dropped, then rewritten
+        // compaction retires segments the snapshot named: it is dropped first, and a new
+        // one is written once the copies are in place
+        let named = snapshot::recorded(copy.path()).unwrap().unwrap().segs;
         s.compact().unwrap();
-        assert!(!copy.path().join(snapshot::FILE).exists());
+        let now = snapshot::recorded(copy.path()).unwrap().unwrap().segs;
+        assert!(named.iter().all(|(id, _)| now.iter().all(|n| n.0 != *id)));
         drop(s);
         let s = Store::open(copy.path(), opts()).unwrap();
         assert!(s.recovery.from_snapshot);
