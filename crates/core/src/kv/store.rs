@@ -2710,10 +2710,7 @@ impl Store {
     /// the kernel (through the segment's mapping, or with pwrite), then indexed, before
     /// this returns; an fdatasync follows when one is due.
     fn write_buffered(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
-        let mut c = self.commit.lock().expect("commit");
-        while c.leader {
-            c = self.commit_cv.wait(c).expect("commit wait");
-        }
+        let mut c = self.idle_commit();
         let end = c.write_off + c.wbuf.len() as u64;
         // (with the COMMIT record counted whether or not it is written: a segment may
         // roll 32 bytes early, never late)
@@ -2936,11 +2933,7 @@ impl Store {
     /// Make everything written so far durable (for durability="none"/"batch").
     pub fn sync(&self) -> io::Result<()> {
         self.writable("sync()")?;
-        let mut c = self.commit.lock().expect("commit");
-        while c.leader {
-            c = self.commit_cv.wait(c).expect("commit wait");
-        }
-        self.flush_locked(&mut c, true)
+        self.flushed_commit(true).map(drop)
     }
 
     /// durability="batch": a thread that makes the store durable every `ms` even when no
@@ -2984,11 +2977,26 @@ impl Store {
 
     /// Make buffered records readable from the file (not necessarily durable).
     fn flush(&self) -> io::Result<()> {
+        self.flushed_commit(false).map(drop)
+    }
+
+    /// The commit lock, once no group leader is writing (its write and fdatasync run
+    /// with the lock released).
+    fn idle_commit(&self) -> std::sync::MutexGuard<'_, Commit> {
         let mut c = self.commit.lock().expect("commit");
         while c.leader {
             c = self.commit_cv.wait(c).expect("commit wait");
         }
-        self.flush_locked(&mut c, false)
+        c
+    }
+
+    /// [`Store::idle_commit`] with everything buffered handed to the kernel (and
+    /// fdatasynced with `sync`): `write_off` is then where the active segment's records
+    /// end, each of them indexed.
+    fn flushed_commit(&self, sync: bool) -> io::Result<std::sync::MutexGuard<'_, Commit>> {
+        let mut c = self.idle_commit();
+        self.flush_locked(&mut c, sync)?;
+        Ok(c)
     }
 
     /// Readers call this before reading a record that may still be in the write buffer.
@@ -3591,14 +3599,7 @@ impl Store {
                 let st = self.state.read().expect("state");
                 st.segs[&st.active].size.load(Ordering::Relaxed)
             }
-            false => {
-                let mut c = self.commit.lock().expect("commit");
-                while c.leader {
-                    c = self.commit_cv.wait(c).expect("commit wait");
-                }
-                self.flush_locked(&mut c, true)?;
-                c.write_off
-            }
+            false => self.flushed_commit(true)?.write_off,
         };
         let (seq, at, segs) = {
             let st = self.state.read().expect("state");
@@ -3736,11 +3737,7 @@ impl Store {
         fsync_dir(&self.dir)?;
         // 1. make every current segment immutable
         {
-            let mut c = self.commit.lock().expect("commit");
-            while c.leader {
-                c = self.commit_cv.wait(c).expect("commit wait");
-            }
-            self.flush_locked(&mut c, true)?;
+            let mut c = self.flushed_commit(true)?;
             let seal_at = c.write_off;
             let mut app = c.appender.take().expect("appender");
             let r = self.roll(&mut app, seal_at);
@@ -3910,11 +3907,7 @@ impl Store {
             unsafe { libc::fdatasync(a.fd) };
         }
         let (ctrl, slots, arena, p, seq, at) = {
-            let mut c = self.commit.lock().expect("commit");
-            while c.leader {
-                c = self.commit_cv.wait(c).expect("commit wait");
-            }
-            self.flush_locked(&mut c, true)?;
+            let c = self.flushed_commit(true)?;
             let end = c.write_off;
             let mut st = self.state.write().expect("state");
             st.index.merge_overlay();
