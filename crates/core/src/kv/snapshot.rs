@@ -31,7 +31,7 @@
 use super::index::{Entry, Index};
 use super::mapped::{Arr, Map};
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -396,19 +396,9 @@ fn head_bytes(
 /// Write `parts` (file offset, bytes; in order, zeros between) to `INDEX` atomically.
 fn install(dir: &Path, parts: &[(u64, &[u8])]) -> io::Result<()> {
     let tmp = dir.join(format!("{FILE}.tmp"));
-    let mut f = io::BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?);
-    let zeros = vec![0u8; ALIGN as usize];
-    let mut at = 0u64;
-    for &(off, part) in parts {
-        f.write_all(&zeros[..(off - at) as usize])?;
-        f.write_all(part)?;
-        at = off + part.len() as u64;
-    }
-    let f = f.into_inner().map_err(|e| e.into_error())?;
     // Durable before it replaces the old one: open maps it without reading it through,
     // so a file torn by a power loss must not be what the name points at.
-    f.sync_data()?;
-    drop(f);
+    crate::sys::fileio::write_synced(&tmp, parts)?;
     fs::rename(&tmp, dir.join(FILE))
 }
 
