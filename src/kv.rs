@@ -212,7 +212,10 @@ impl KvStore {
             }),
             Some(r) => {
                 return Err(PyValueError::new_err(format!(
-                    "auto_compact={r}: give the fraction of the sealed segments' bytes that                      must be dead before a background compaction starts, above 0 and at                      most 1 (0.5 by default), or None to compact only when compact() is                      called"
+                    "auto_compact={r}: give the fraction of the sealed segments' bytes that \
+                     must be dead before a background compaction starts, above 0 and at \
+                     most 1 (0.5 by default), or None to compact only when compact() is \
+                     called"
                 )))
             }
         };

@@ -96,6 +96,7 @@ def test_async_store_compacts_in_the_background(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [0, -0.5, 1.5, float("nan")])
 def test_bad_trigger(tmp_path: Path, bad: float) -> None:
-    with pytest.raises(ValueError, match="auto_compact=.*fraction.*None"):
+    with pytest.raises(ValueError, match="auto_compact=.*fraction.*None") as e:
         kv.open(tmp_path / "s", auto_compact=bad)
+    assert "  " not in str(e.value), "a message that reads as one sentence"
     assert not (tmp_path / "s").exists()
