@@ -586,6 +586,11 @@ pub struct Store {
     group_commits: AtomicU64,
     /// `warm_up` ran (it starts its reading at most once per open).
     warm_started: AtomicBool,
+    /// The last multi_get found values missing from the page cache: the next one asks
+    /// the kernel about every value first (mincore) instead of copying the first one
+    /// from the mapping — a fault that reads the whole read-ahead window around it
+    /// before the batch of reads can start (see [`Store::multi_get`]).
+    cold_hint: AtomicBool,
     /// `State::overlay_due` is set: the next index change creates the `OVERLAY` file
     /// (system calls that may block), so `write_nonblocking` declines until then.
     overlay_pending: AtomicBool,
@@ -1421,6 +1426,7 @@ impl Store {
             group_commits: AtomicU64::new(0),
             durable: AtomicU64::new(durable),
             warm_started: AtomicBool::new(false),
+            cold_hint: AtomicBool::new(false),
             overlay_pending: AtomicBool::new(overlay_pending),
             warm_running: AtomicBool::new(false),
             warm_stop: Arc::new(AtomicBool::new(false)),
@@ -3248,7 +3254,8 @@ impl Store {
         // io_uring): a cold multi_get costs about one disk latency, not one per key.
         let mut out: Vec<Option<Vec<u8>>> = Vec::with_capacity(keys.len());
         let mut cold: Vec<(usize, Loc, Arc<Segment>, u64)> = Vec::new();
-        let mut cold_seen = false;
+        let was_cold = self.cold_hint.load(Ordering::Relaxed);
+        let mut cold_seen = was_cold;
         for (i, (k, f)) in keys.iter().zip(found).enumerate() {
             match f {
                 None => out.push(None),
@@ -3271,6 +3278,11 @@ impl Store {
                     }
                 }
             }
+        }
+        // (cold: a value was not resident, or the first copy had to wait for the disk)
+        let now_cold = !cold.is_empty() || (cold_seen && !was_cold);
+        if now_cold != was_cold {
+            self.cold_hint.store(now_cold, Ordering::Relaxed);
         }
         if !cold.is_empty() {
             self.read_batch(&mut out, &cold, keys)?;
@@ -5465,6 +5477,67 @@ mod tests {
         let s = Store::open(d.path(), opts()).unwrap();
         assert!(s.recovery.from_snapshot);
         assert_eq!(s.get(b"k99").unwrap().unwrap(), b"v");
+    }
+
+    #[test]
+    fn a_multi_get_that_met_cold_values_checks_the_next_ones_first() {
+        let d = tempfile::tempdir().unwrap();
+        let keys: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| format!("k{i:05}").into_bytes())
+            .collect();
+        let val = |k: &[u8]| k.repeat(40);
+        {
+            let s = Store::open(d.path(), opts()).unwrap();
+            for k in &keys {
+                s.put(k, &val(k)).unwrap();
+            }
+        }
+        let s = Store::open(
+            d.path(),
+            Options {
+                warm: false,
+                ..opts()
+            },
+        )
+        .unwrap();
+        let evict = || {
+            let st = s.state.read().unwrap();
+            for seg in st.segs.values() {
+                // SAFETY: the segment's fd is open; advice only.
+                unsafe { libc::posix_fadvise(seg.fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+            }
+        };
+        let cached = |ks: &[Vec<u8>]| {
+            let st = s.state.read().unwrap();
+            ks.iter().all(|k| {
+                let l = st.index.get(k).unwrap();
+                let at = l.off + (HEADER + k.len()) as u64;
+                st.segs[&l.seg].resident(at, l.val_len as usize)
+            })
+        };
+        let get = |from: usize| {
+            let ks: Vec<&[u8]> = keys[from..from + 100].iter().map(|k| &k[..]).collect();
+            let got = s.multi_get(&ks).unwrap();
+            let want: Vec<Option<Vec<u8>>> = ks.iter().map(|k| Some(val(k))).collect();
+            assert_eq!(got, want);
+        };
+        evict();
+        if cached(&keys[..100]) {
+            return; // (a filesystem that keeps everything cached: nothing to see)
+        }
+        assert!(!s.cold_hint.load(Ordering::Relaxed));
+        get(0);
+        assert!(
+            s.cold_hint.load(Ordering::Relaxed),
+            "values came from the disk"
+        );
+        get(1000); // (cold again: still the hint)
+        assert!(s.cold_hint.load(Ordering::Relaxed));
+        get(1000); // (now in memory: the hint goes)
+        assert!(!s.cold_hint.load(Ordering::Relaxed));
+        evict();
+        get(2000);
+        assert!(s.cold_hint.load(Ordering::Relaxed));
     }
 
     #[test]
