@@ -3903,9 +3903,16 @@ impl Store {
     /// done, the caller lists the rest from the index.
     fn scan_live(&self, id: u32, seg: &Segment, out: &mut CompactOut) -> io::Result<Option<u64>> {
         let size = seg.size.load(Ordering::Acquire) as usize;
-        // (a sealed segment is never cut while open: the mapping cannot fault)
-        let map = ReadMap::new(seg.fd, size, 0, size)?;
-        let data = map.bytes();
+        // Through the segment's own mapping when it covers the records (no mapping made
+        // and unmade: munmap of a populated 256 MiB takes the process's mmap lock for
+        // writing, and every thread's page fault waits meanwhile); a sealed segment is
+        // never cut while open, so neither mapping can fault past the end.
+        let own = seg.mapped(0, size);
+        let map = match own {
+            Some(_) => None,
+            None => Some(ReadMap::new(seg.fd, size, 0, size)?),
+        };
+        let data = own.unwrap_or_else(|| map.as_ref().map_or(&[][..], ReadMap::bytes));
         // (offset, header) of the PUT records waiting to be checked against the index
         let mut todo: Vec<(usize, record::Header)> = Vec::with_capacity(PER_HOLD);
         let mut live: Vec<bool> = Vec::with_capacity(PER_HOLD);
