@@ -3794,63 +3794,28 @@ impl Store {
             .sum();
         // 2. copy live records into new segments (same seq), with hint files
         let mut out = CompactOut::default();
-        // The live records are found by reading the sealed segments themselves, each
-        // record checked against the index 1,024 at a time under a short read lock:
-        // complete, since a key only ever moves out of a sealed segment (writes go to
-        // the active one), so a record not live when checked never becomes live again.
-        // Listing the index instead held the state lock over the whole table (~0.3 s
-        // per million keys, every writer waiting). A record that cannot be parsed (a
-        // store opened with repair=True keeps its damaged bytes) makes the scan give
-        // way to that listing before anything is written.
-        let mut stopped = None;
-        for id in &old {
-            if let Some(at) = self.scan_live(*id, &segs[id], &mut out)? {
-                stopped = Some((*id, at));
-                break;
-            }
-        }
-        if let Some((bad, at)) = stopped {
-            // what the scan has not covered: the rest of that segment and those after it
-            let todo =
-                |l: &Loc| old.contains(&l.seg) && (l.seg > bad || (l.seg == bad && l.off >= at));
-            let (keys, live) = {
-                let st = self.state.read().expect("state");
-                // (keys copied back to back, no allocation per key)
-                let mut keys: Vec<u8> = Vec::new();
-                let mut live: Vec<(usize, usize, Loc)> = Vec::new();
-                for (k, l) in st.index.iter().filter(|(_, l)| todo(l)) {
-                    live.push((keys.len(), k.len(), l));
-                    keys.extend_from_slice(k);
-                }
-                (keys, live)
-            };
-            for &(at, n, l) in &live {
-                let k = &keys[at..at + n];
-                let v = Self::read_value(&segs[&l.seg], l, k)?;
-                self.compact_emit(&mut out, k, &v, l.seq)?;
-            }
-        }
-        let mut new_segs = out.new_segs;
-        new_segs.extend(out.cur);
-        for (id, fd, size, entries) in &new_segs {
-            // SAFETY: fd is open.
-            if unsafe { libc::fdatasync(*fd) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            self.write_hint(*id, *size, entries)?;
-            fs::rename(
-                self.dir.join(format!("{}.tmp", seg_name(*id))),
-                self.dir.join(seg_name(*id)),
-            )?;
-        }
-        fsync_dir(&self.dir)?;
+        let copied = self.copy_live(&old, &segs, &mut out);
+        let mut new_segs = std::mem::take(&mut out.new_segs);
+        new_segs.extend(out.cur.take());
         // 3. the marker makes the swap atomic: from here on, the old segments are gone
         let marker = self.dir.join(COMPACT_MARKER);
         let tmp = self.dir.join(format!("{COMPACT_MARKER}.tmp"));
         let list: Vec<String> = old.iter().map(|i| i.to_string()).collect();
-        fs::write(&tmp, list.join("\n"))?;
-        fs::File::open(&tmp)?.sync_all()?;
-        fs::rename(&tmp, &marker)?;
+        let committed = copied
+            .and_then(|()| self.seal_copies(&new_segs))
+            .and_then(|()| {
+                fs::write(&tmp, list.join("\n"))?;
+                fs::File::open(&tmp)?.sync_all()?;
+                fs::rename(&tmp, &marker)
+            });
+        if let Err(e) = committed {
+            // Before the commit point (a full disk, most likely): the copies belong to
+            // nobody — their files go, or a compaction retried at every sealed segment
+            // would leave one more set on a disk already full, and two fds each time.
+            self.discard_copies(&new_segs);
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         fsync_dir(&self.dir)?;
         // 4. point the index at the copies (unless a newer write moved the key meanwhile)
         let after: u64 = new_segs.iter().map(|s| s.2).sum();
@@ -3895,6 +3860,88 @@ impl Store {
             let _ = self.snapshot_online();
         }
         Ok((old.len(), before.saturating_sub(after)))
+    }
+
+    /// Compaction's step 2: every live record of the segments `old` into `out` (see
+    /// [`Store::scan_live`]).
+    fn copy_live(
+        &self,
+        old: &[u32],
+        segs: &BTreeMap<u32, Arc<Segment>>,
+        out: &mut CompactOut,
+    ) -> io::Result<()> {
+        // The live records are found by reading the sealed segments themselves, each
+        // record checked against the index 1,024 at a time under a short read lock:
+        // complete, since a key only ever moves out of a sealed segment (writes go to
+        // the active one), so a record not live when checked never becomes live again.
+        // Listing the index instead held the state lock over the whole table (~0.3 s
+        // per million keys, every writer waiting). A record that cannot be parsed (a
+        // store opened with repair=True keeps its damaged bytes) stops the scan there:
+        // the rest of that segment and the segments after it (`old` is in id order)
+        // are listed from the index.
+        let mut stopped = None;
+        for id in old {
+            if let Some(at) = self.scan_live(*id, &segs[id], out)? {
+                stopped = Some((*id, at));
+                break;
+            }
+        }
+        if let Some((bad, at)) = stopped {
+            // what the scan has not covered: the rest of that segment and those after it
+            let todo =
+                |l: &Loc| old.contains(&l.seg) && (l.seg > bad || (l.seg == bad && l.off >= at));
+            let (keys, live) = {
+                let st = self.state.read().expect("state");
+                // (keys copied back to back, no allocation per key)
+                let mut keys: Vec<u8> = Vec::new();
+                let mut live: Vec<(usize, usize, Loc)> = Vec::new();
+                for (k, l) in st.index.iter().filter(|(_, l)| todo(l)) {
+                    live.push((keys.len(), k.len(), l));
+                    keys.extend_from_slice(k);
+                }
+                (keys, live)
+            };
+            for &(at, n, l) in &live {
+                let k = &keys[at..at + n];
+                let v = Self::read_value(&segs[&l.seg], l, k)?;
+                self.compact_emit(out, k, &v, l.seq)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The copies made durable under their own names, each with its hint file.
+    fn seal_copies(&self, new_segs: &[NewSeg]) -> io::Result<()> {
+        for (id, fd, size, entries) in new_segs {
+            // SAFETY: fd is open.
+            if unsafe { libc::fdatasync(*fd) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            self.write_hint(*id, *size, entries)?;
+            fs::rename(
+                self.dir.join(format!("{}.tmp", seg_name(*id))),
+                self.dir.join(seg_name(*id)),
+            )?;
+        }
+        fsync_dir(&self.dir)
+    }
+
+    /// A compaction that failed before its commit point: its copies' fds closed, their
+    /// files (under either name) and hint files removed. Best effort.
+    fn discard_copies(&self, new_segs: &[NewSeg]) {
+        for (id, fd, _, _) in new_segs {
+            // SAFETY: the copy's own fd, used by nothing else, closed once.
+            unsafe { libc::close(*fd) };
+            for name in [
+                format!("{}.tmp", seg_name(*id)),
+                seg_name(*id),
+                hint_name(*id),
+                format!("{}.tmp", hint_name(*id)),
+            ] {
+                let _ = fs::remove_file(self.dir.join(name));
+            }
+        }
+        let _ = fsync_dir(&self.dir);
     }
 
     /// Compaction's step 2 for one sealed segment: every record the index still points
