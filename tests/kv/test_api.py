@@ -544,6 +544,22 @@ def test_compaction_on_a_full_disk_leaves_nothing_behind(small_fs: Path) -> None
         assert len(db) == 1500 and db.check()[1] == []
 
 
+@pytest.mark.parametrize("small_fs", ["8m"], indirect=True)
+def test_close_on_a_full_disk_leaves_no_partial_index(small_fs: Path) -> None:
+    """INDEX is written at close as a convenience for the next open: on a full disk it
+    is given up — without leaving a partial INDEX.tmp to hold the space — and the next
+    open replays the segments instead."""
+    p = small_fs / "db"
+    db = kv.open(p, durability="none", segment_size=256 << 10, auto_compact=None)
+    db.write([(b"k%05d" % i, b"v" * 200) for i in range(8000)])
+    _fill(small_fs)
+    db.close()
+    assert sorted(os.listdir(p)) == ["00000001.seg", "LOCK"]
+    with kv.open(p) as db:
+        assert not db.recovery["from_snapshot"]
+        assert len(db) == 8000 and db.get(b"k07999") == b"v" * 200
+
+
 @pytest.mark.parametrize("big", [30_000, 2_000], ids=["pwrite", "mapped"])
 def test_disk_full_takes_the_failed_write_back(small_fs: Path, big: int) -> None:
     """durability="none": a write the disk cannot take is taken out of the index again,

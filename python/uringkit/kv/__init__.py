@@ -408,7 +408,8 @@ def open(  # noqa: A001
     16-byte keys) so that the next open maps it instead of rebuilding it (~20-40 ms
     instead of ~0.3 s per million keys); `index_snapshot=False` skips both (closing then
     writes only INDEX's header, the list of segments and their sizes, so that one cut
-    short or removed outside the store is still found at open).
+    short or removed outside the store is still found at open). On a full disk closing
+    gives INDEX up, leaving no partial file: the next open replays the segments.
 
     `auto_compact=0.5` (the default): each time a segment fills up and is sealed, a
     compaction starts in a background thread if at least that fraction of the sealed

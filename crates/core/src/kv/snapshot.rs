@@ -398,8 +398,12 @@ fn install(dir: &Path, parts: &[(u64, &[u8])]) -> io::Result<()> {
     let tmp = dir.join(format!("{FILE}.tmp"));
     // Durable before it replaces the old one: open maps it without reading it through,
     // so a file torn by a power loss must not be what the name points at.
-    crate::sys::fileio::write_synced(&tmp, parts)?;
-    fs::rename(&tmp, dir.join(FILE))
+    // (a failure — a full disk — removes the partial file: it would hold the space)
+    crate::sys::fileio::write_synced(&tmp, parts)
+        .and_then(|()| fs::rename(&tmp, dir.join(FILE)))
+        .inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
 }
 
 /// Remove the snapshot (before anything that would make it stale, such as compaction).

@@ -1978,8 +1978,11 @@ impl Store {
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         let tmp = self.dir.join(format!("{}.tmp", hint_name(id)));
-        crate::sys::fileio::write_synced(&tmp, &[(0, &b)])?;
-        fs::rename(&tmp, self.dir.join(hint_name(id)))?;
+        crate::sys::fileio::write_synced(&tmp, &[(0, &b)])
+            .and_then(|()| fs::rename(&tmp, self.dir.join(hint_name(id))))
+            .inspect_err(|_| {
+                let _ = fs::remove_file(&tmp);
+            })?;
         Ok(())
     }
 
