@@ -84,6 +84,28 @@ def test_a_damaged_copy_is_found(tmp_path: Path) -> None:
         kv.open(tmp_path / "cp")
 
 
+@pytest.mark.parametrize("small_fs", ["2m"], indirect=True)
+def test_a_checkpoint_that_does_not_fit_leaves_nothing(tmp_path: Path, small_fs: Path) -> None:
+    """A checkpoint is made under a hidden name beside its path and renamed to it once
+    whole: one that fails (here a full disk: another filesystem, so the segments are
+    copied, not linked) leaves neither a partial copy under the name — it would open as
+    a store missing data — nor the hidden directory."""
+    with kv.open(tmp_path / "src", durability="none", segment_size=1 << 20) as db:
+        db.write([(b"k%05d" % i, b"v" * 200) for i in range(15000)])
+        with pytest.raises(OSError, match="No space left.*nothing was left there") as e:
+            db.checkpoint(small_fs / "bak")
+        assert "os error" not in str(e.value)
+        assert list(small_fs.iterdir()) == []
+        # and one that fits is made under the name given
+        few = tmp_path / "few"
+        with kv.open(few, durability="none") as small:
+            small.put(b"a", b"1")
+            small.checkpoint(small_fs / "bak")
+    assert [p.name for p in small_fs.iterdir()] == ["bak"]
+    with kv.open(small_fs / "bak", read_only=True) as b:
+        assert b.get(b"a") == b"1"
+
+
 def test_backup_cli_beside_a_writer(tmp_path: Path) -> None:
     src, dest = tmp_path / "src", tmp_path / "bak"
     with kv.open(src, segment_size=64 << 10) as db:

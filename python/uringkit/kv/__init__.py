@@ -274,8 +274,12 @@ class DB:
         and INDEX's header records what was taken, so a damaged copy is found when it is
         opened (its index is rebuilt from hints and segments there). Writes and reads go
         on meanwhile; a compaction waits. On a read_only store: the store as that open
-        saw it (`uringkit kv backup` does that beside a running writer). Returns
-        {"segments", "linked_bytes", "copied_bytes"}; FileExistsError if `path` exists.
+        saw it (`uringkit kv backup` does that beside a running writer). The copy is
+        made under a hidden name beside `path` (`.NAME.xkv-checkpoint-PID`) and renamed
+        to `path` once whole: a failure (OSError, e.g. a full disk) removes it, and a
+        crash leaves only that hidden directory — never a partial copy at `path` that
+        would open as a store missing data. Returns {"segments", "linked_bytes",
+        "copied_bytes"}; FileExistsError if `path` exists.
         """
         n, linked, copied = self._s.checkpoint(os.fspath(path))
         return {"segments": n, "linked_bytes": linked, "copied_bytes": copied}

@@ -744,6 +744,45 @@ fn open_fd(p: &Path, flags: i32) -> io::Result<i32> {
     Ok(fd)
 }
 
+/// An error's text without std's " (os error N)" suffix, to go inside a message.
+fn plain(e: &io::Error) -> String {
+    let s = e.to_string();
+    s.split(" (os error").next().unwrap_or_default().to_string()
+}
+
+/// Rename `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE; where the
+/// filesystem lacks it, a check then a plain rename — a directory made at `to` in between
+/// would be replaced only if empty).
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| err(io::ErrorKind::InvalidInput, "a path with a NUL byte".into()))
+    };
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that live across the call.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINVAL) {
+        return Err(e);
+    }
+    if to.symlink_metadata().is_ok() {
+        return Err(io::ErrorKind::AlreadyExists.into());
+    }
+    fs::rename(from, to)
+}
+
 fn fsync_dir(dir: &Path) -> io::Result<()> {
     let fd = open_fd(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
     // SAFETY: fd is ours.
@@ -3636,15 +3675,56 @@ impl Store {
             let at = Self::synced_segments(&st, end)?;
             (st.seq, at, st.segs.clone())
         };
-        fs::create_dir(dest).map_err(|e| {
-            err(
-                e.kind(),
+        if dest.symlink_metadata().is_ok() {
+            return Err(err(
+                io::ErrorKind::AlreadyExists,
                 format!(
-                    "{}: {e} (a checkpoint goes to a new directory)",
+                    "{}: it exists (a checkpoint goes to a new directory)",
                     dest.display()
                 ),
-            )
+            ));
+        }
+        // Made under a temporary name beside `dest` and renamed to it once whole: a
+        // crash or an error (a full disk) never leaves a partial copy under the name —
+        // one that would open as a store missing data. An error removes it.
+        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_else(|| "checkpoint".into());
+        let tmp = dest.with_file_name(format!(".{name}.xkv-checkpoint-{}", std::process::id()));
+        fs::create_dir(&tmp).map_err(|e| {
+            let why = plain(&e);
+            err(e.kind(), format!("checkpoint to {}: {why}", dest.display()))
         })?;
+        let made = self
+            .checkpoint_into(&tmp, &at, &segs, seq)
+            .and_then(|r| rename_noreplace(&tmp, dest).map(|()| r));
+        let (linked, copied) = match made {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(err(
+                    e.kind(),
+                    format!(
+                        "checkpoint to {}: {} (nothing was left there)",
+                        dest.display(),
+                        plain(&e)
+                    ),
+                ));
+            }
+        };
+        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync_dir(parent)?;
+        }
+        Ok((at.segs.len(), linked, copied))
+    }
+
+    /// [`Store::checkpoint`]'s copy into the new directory `dest`: (linked, copied) bytes.
+    fn checkpoint_into(
+        &self,
+        dest: &Path,
+        at: &snapshot::Recorded,
+        segs: &BTreeMap<u32, Arc<Segment>>,
+        seq: u64,
+    ) -> io::Result<(u64, u64)> {
         let (mut linked, mut copied) = (0u64, 0u64);
         for (id, s) in &at.segs {
             let seg = &segs[id];
@@ -3670,12 +3750,9 @@ impl Store {
                 }
             }
         }
-        snapshot::write_segments(dest, seq, &at)?;
+        snapshot::write_segments(dest, seq, at)?;
         fsync_dir(dest)?;
-        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fsync_dir(parent)?;
-        }
-        Ok((at.segs.len(), linked, copied))
+        Ok((linked, copied))
     }
 
     // ----- compaction ------------------------------------------------------------------
