@@ -142,6 +142,13 @@ def test_random_damage_is_refused_or_reported_never_served(
             with db:
                 out, errors = read_all(db)
                 bad = db.check()[1]
+                if repair and not errors and not bad:
+                    # A repaired store compacts: its damaged bytes are still in the
+                    # files, where the segment scan stops; the index lists the rest.
+                    db.compact()
+                    again, errors = read_all(db)
+                    assert again == out, f"{ctx}: compaction after repair changed values"
+                    bad = db.check()[1]
             check_served(base, out, ctx)
             if repair:
                 assert not errors and not bad, f"{ctx}: after repair {errors[:2]} {bad[:2]}"
