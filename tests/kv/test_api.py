@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import subprocess
@@ -485,6 +486,7 @@ def test_disk_full_leaves_store_readable(small_fs: Path) -> None:
             for i in range(100):
                 db.put(b"k%d" % i, b"x" * 50_000)
         assert "No space left" in str(ei.value) and "still readable" in str(ei.value)
+        assert ei.value.errno == errno.ENOSPC and "os error" not in str(ei.value)
         assert db.get(b"keep") == b"safe"
         n, problems = db.check()
         assert problems == []
@@ -589,6 +591,7 @@ def test_disk_full_takes_the_failed_write_back(small_fs: Path, big: int) -> None
                     else:
                         expect[k] = v
         assert "No space left" in str(ei.value) and "still readable" in str(ei.value)
+        assert ei.value.errno == errno.ENOSPC and "os error" not in str(ei.value)
         assert i > 2  # some writes went in before the disk filled
         assert [db.get(k) for k in keys] == [expect.get(k) for k in keys]
         assert len(db) == len(expect)

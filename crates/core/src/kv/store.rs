@@ -447,7 +447,7 @@ struct Commit {
     leader: bool,
     next_ticket: u64,
     done_ticket: u64,
-    failed: Vec<(u64, u64, String)>,
+    failed: Vec<(u64, u64, io::ErrorKind, String)>,
     appender: Option<Appender>,
     write_off: u64,
     unsynced: u64,
@@ -739,7 +739,7 @@ fn open_fd(p: &Path, flags: i32) -> io::Result<i32> {
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
     if fd < 0 {
         let e = io::Error::last_os_error();
-        return Err(err(e.kind(), format!("{}: {e}", p.display())));
+        return Err(err(e.kind(), format!("{}: {}", p.display(), plain(&e))));
     }
     Ok(fd)
 }
@@ -2166,12 +2166,13 @@ impl Store {
         let mut led = 0;
         loop {
             if c.done_ticket >= ticket {
-                if let Some((_, _, msg)) = c
+                if let Some((_, _, kind, msg)) = c
                     .failed
                     .iter()
-                    .find(|(a, b, _)| *a <= ticket && ticket <= *b)
+                    .find(|(a, b, _, _)| *a <= ticket && ticket <= *b)
                 {
-                    return Err(io::Error::other(msg.clone()));
+                    // (the kind kept: a full disk is ENOSPC to the caller)
+                    return Err(err(*kind, msg.clone()));
                 }
                 if !self.opts.relay || led == 0 || c.pending.is_empty() || c.leader {
                     return Ok(());
@@ -2548,7 +2549,8 @@ impl Store {
     /// Tickets `first..=last` failed with `e`: their writers get the error (the last 64
     /// failures are kept).
     fn record_failure(c: &mut Commit, first: u64, last: u64, e: &io::Error) {
-        c.failed.push((first, last, format!("write failed: {e}")));
+        let msg = format!("write failed: {}", plain(e));
+        c.failed.push((first, last, e.kind(), msg));
         if c.failed.len() > 64 {
             c.failed.remove(0);
         }
@@ -2873,7 +2875,7 @@ impl Store {
                 } else {
                     ""
                 };
-                Err(err(e.kind(), format!("{e}{hint}")))
+                Err(err(e.kind(), format!("{}{hint}", plain(&e))))
             }
         }
     }
@@ -2915,7 +2917,7 @@ impl Store {
             } else {
                 ""
             };
-            return Err(err(e.kind(), format!("{e}{hint}")));
+            return Err(err(e.kind(), format!("{}{hint}", plain(&e))));
         }
         let mut st = self.state.write().expect("state");
         let mut base = off;
