@@ -4,6 +4,7 @@ event loop's own ring, mixed with threads, failures delivered to every writer.""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -116,6 +117,7 @@ def test_disk_full_fails_every_writer_of_the_group(small_fs: Path, run: Run) -> 
             )
             errors = [r for r in results if isinstance(r, OSError)]
             assert errors and all("No space left" in str(e) for e in errors)
+            assert {e.errno for e in errors} == {errno.ENOSPC}, errors[:2]
             assert await db.get(b"keep") == b"safe"
             assert db.db.check()[1] == []
 
