@@ -39,12 +39,7 @@ pub fn io_error(e: std::io::Error, context: &str) -> PyErr {
 }
 
 pub fn strerror(errno: i32) -> String {
-    std::io::Error::from_raw_os_error(errno)
-        .to_string()
-        .split(" (os error")
-        .next()
-        .unwrap_or("")
-        .to_string()
+    uringkit_core::text::io_error(&std::io::Error::from_raw_os_error(errno))
 }
 
 /// An fd argument: an int, `Fixed(i)`, or any object with `fileno()`.

@@ -8,9 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use uringkit_core::kv::{AutoCompact, Durability, Options, Refresh, Store};
 
+/// The store's error as Python's: an OS error (errno kept through any rewording) is
+/// `OSError(errno, message)` — its subclass by errno — even an EINVAL; the store's own
+/// refusals of bad arguments are ValueError.
 fn kv_err(e: std::io::Error) -> PyErr {
     use std::io::ErrorKind as K;
-    let code = e.raw_os_error().or(match e.kind() {
+    let os = uringkit_core::text::errno_of(&e);
+    let code = os.or(match e.kind() {
         K::NotFound => Some(libc::ENOENT),
         K::WouldBlock => Some(libc::EAGAIN),
         K::StorageFull => Some(libc::ENOSPC),
@@ -20,7 +24,7 @@ fn kv_err(e: std::io::Error) -> PyErr {
         _ => None,
     });
     match (e.kind(), code) {
-        (K::InvalidInput, _) => PyValueError::new_err(e.to_string()),
+        (K::InvalidInput, _) if os.is_none() => PyValueError::new_err(e.to_string()),
         (_, Some(code)) => PyOSError::new_err((code, e.to_string())),
         (_, None) => PyOSError::new_err(e.to_string()),
     }

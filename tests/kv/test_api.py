@@ -172,6 +172,16 @@ def test_bad_input(tmp_path: Path) -> None:
         db.put(b"k", b"v")
     with kv.open(tmp_path / "a" / "b" / "db", create=False) as db:
         assert db.get(b"k") == b"v"
+    # a store that cannot be made: the error names it, errno intact, no "(os error N)"
+    (tmp_path / "file").write_bytes(b"")
+    for bad, code in (
+        (tmp_path / "file" / "db", errno.ENOTDIR),  # (its LOCK cannot be opened)
+        (Path("/proc/uringkit-absent/db"), errno.ENOENT),  # (its directory cannot be made)
+    ):
+        with pytest.raises(OSError) as e:
+            kv.open(bad)
+        assert str(bad) in str(e.value) and e.value.errno == code, e.value
+        assert "os error" not in str(e.value)
 
 
 def test_use_after_close(tmp_path: Path) -> None:

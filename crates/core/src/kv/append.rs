@@ -51,11 +51,12 @@ impl Direct {
         };
         if d < 0 {
             let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
+            return Err(crate::text::reword(
+                &e,
                 format!(
-                    "direct=True: cannot open the segment with O_DIRECT ({e}); this \
-                     filesystem may not support direct I/O — open with direct=False"
+                    "direct=True: cannot open the segment with O_DIRECT ({}); this \
+                     filesystem may not support direct I/O — open with direct=False",
+                    crate::text::io_error(&e)
                 ),
             ));
         }
@@ -107,11 +108,12 @@ impl Appender {
                 Err(e) => {
                     // SAFETY: the O_DIRECT fd was opened above and is not shared yet.
                     unsafe { libc::close(dfd) };
-                    return Err(io::Error::new(
-                        e.kind(),
+                    return Err(crate::text::reword(
+                        &e,
                         format!(
-                            "sqpoll=True: the kernel refused an SQPOLL ring ({e}); open \
-                             without sqpoll (see docs/sqpoll.md)"
+                            "sqpoll=True: the kernel refused an SQPOLL ring ({}); open \
+                             without sqpoll (see docs/sqpoll.md)",
+                            crate::text::io_error(&e)
                         ),
                     ));
                 }

@@ -661,7 +661,7 @@ fn read(dir: &Path, f: fs::File, owner: bool) -> io::Result<Option<Snapshot>> {
 /// so that a verification running in the background does not hold the disk for long.
 /// `read(off, len)` is called after each chunk is read.
 fn verify(f: &fs::File, l: Layout, mut read: impl FnMut(u64, usize) -> bool) -> Result<(), String> {
-    let io = |e: io::Error| format!("it could not be read ({e})");
+    let io = |e: io::Error| format!("it could not be read ({})", crate::text::io_error(&e));
     let mut ctrl = vec![0u8; (l.buckets + GROUP as u64) as usize];
     f.read_exact_at(&mut ctrl, l.ctrl_off).map_err(io)?;
     if !read(l.ctrl_off, ctrl.len()) {

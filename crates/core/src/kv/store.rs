@@ -447,7 +447,7 @@ struct Commit {
     leader: bool,
     next_ticket: u64,
     done_ticket: u64,
-    failed: Vec<(u64, u64, io::ErrorKind, String)>,
+    failed: Vec<(u64, u64, io::Error)>,
     appender: Option<Appender>,
     write_off: u64,
     unsynced: u64,
@@ -739,16 +739,12 @@ fn open_fd(p: &Path, flags: i32) -> io::Result<i32> {
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
     if fd < 0 {
         let e = io::Error::last_os_error();
-        return Err(err(e.kind(), format!("{}: {}", p.display(), plain(&e))));
+        return Err(reword(&e, format!("{}: {}", p.display(), plain(&e))));
     }
     Ok(fd)
 }
 
-/// An error's text without std's " (os error N)" suffix, to go inside a message.
-fn plain(e: &io::Error) -> String {
-    let s = e.to_string();
-    s.split(" (os error").next().unwrap_or_default().to_string()
-}
+use crate::text::{io_error as plain, reword};
 
 /// Rename `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE; where the
 /// filesystem lacks it, a check then a plain rename — a directory made at `to` in between
@@ -1057,7 +1053,13 @@ impl Store {
                         format!("{}: no such store (open with create=True)", dir.display()),
                     ));
                 }
-                fs::create_dir_all(dir)?;
+                fs::create_dir_all(dir).map_err(|e| {
+                    let why = plain(&e);
+                    err(
+                        e.kind(),
+                        format!("{}: cannot create the store: {why}", dir.display()),
+                    )
+                })?;
                 open_fd(&lock_path, libc::O_RDWR | libc::O_CREAT)?
             }
             r => r?,
@@ -2166,13 +2168,14 @@ impl Store {
         let mut led = 0;
         loop {
             if c.done_ticket >= ticket {
-                if let Some((_, _, kind, msg)) = c
+                if let Some((_, _, e)) = c
                     .failed
                     .iter()
-                    .find(|(a, b, _, _)| *a <= ticket && ticket <= *b)
+                    .find(|(a, b, _)| *a <= ticket && ticket <= *b)
                 {
-                    // (the kind kept: a full disk is ENOSPC to the caller)
-                    return Err(err(*kind, msg.clone()));
+                    // (each writer of the group gets it, errno kept: a full disk is
+                    // ENOSPC to the caller)
+                    return Err(reword(e, e.to_string()));
                 }
                 if !self.opts.relay || led == 0 || c.pending.is_empty() || c.leader {
                     return Ok(());
@@ -2550,7 +2553,7 @@ impl Store {
     /// failures are kept).
     fn record_failure(c: &mut Commit, first: u64, last: u64, e: &io::Error) {
         let msg = format!("write failed: {}", plain(e));
-        c.failed.push((first, last, e.kind(), msg));
+        c.failed.push((first, last, reword(e, msg)));
         if c.failed.len() > 64 {
             c.failed.remove(0);
         }
@@ -2875,7 +2878,7 @@ impl Store {
                 } else {
                     ""
                 };
-                Err(err(e.kind(), format!("{}{hint}", plain(&e))))
+                Err(reword(&e, format!("{}{hint}", plain(&e))))
             }
         }
     }
@@ -2917,7 +2920,7 @@ impl Store {
             } else {
                 ""
             };
-            return Err(err(e.kind(), format!("{}{hint}", plain(&e))));
+            return Err(reword(&e, format!("{}{hint}", plain(&e))));
         }
         let mut st = self.state.write().expect("state");
         let mut base = off;
@@ -3694,7 +3697,7 @@ impl Store {
         let tmp = dest.with_file_name(format!(".{name}.xkv-checkpoint-{}", std::process::id()));
         fs::create_dir(&tmp).map_err(|e| {
             let why = plain(&e);
-            err(e.kind(), format!("checkpoint to {}: {why}", dest.display()))
+            reword(&e, format!("checkpoint to {}: {why}", dest.display()))
         })?;
         let made = self
             .checkpoint_into(&tmp, &at, &segs, seq)
@@ -3703,8 +3706,8 @@ impl Store {
             Ok(r) => r,
             Err(e) => {
                 let _ = fs::remove_dir_all(&tmp);
-                return Err(err(
-                    e.kind(),
+                return Err(reword(
+                    &e,
                     format!(
                         "checkpoint to {}: {} (nothing was left there)",
                         dest.display(),
