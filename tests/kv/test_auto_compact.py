@@ -32,6 +32,7 @@ def test_overwrites_are_reclaimed_in_the_background(tmp_path: Path) -> None:
         wait_for(lambda: db.stats()["auto_compactions"] > 0)
         st = db.stats()
         assert st["auto_compactions"] >= 1 and st["auto_compact_failures"] == 0, st
+        assert st["compactions"] >= st["auto_compactions"] and st["reclaimed_bytes"] > 0, st
         assert st["bytes_on_disk"] < 3_000_000, st
         assert all(db.get(b"k%04d" % i) == b"059" * 30 for i in range(500))
     with kv.open(p, auto_compact=None) as db:
@@ -46,8 +47,12 @@ def test_turned_off_nothing_is_compacted(tmp_path: Path) -> None:
         st = db.stats()
         assert st["auto_compactions"] == 0 and st["bytes_on_disk"] > 3_000_000, st
         assert st["sealed_dead_bytes"] > 2_500_000, st
-        db.compact()  # (by hand, as always)
-        assert db.stats()["sealed_dead_bytes"] == 0
+        assert (st["compactions"], st["reclaimed_bytes"]) == (0, 0), st
+        n, freed = db.compact()  # (by hand, as always)
+        st = db.stats()
+        assert st["sealed_dead_bytes"] == 0
+        assert (st["compactions"], st["reclaimed_bytes"]) == (1, freed) and freed > 0, st
+        assert st["last_compaction_ms"] >= 0 and st["auto_compactions"] == 0, st
 
 
 def test_writers_and_readers_meanwhile(tmp_path: Path) -> None:

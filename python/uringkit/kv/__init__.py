@@ -331,7 +331,9 @@ class DB:
         went to a writer woken ahead of its turn: see docs/kv-format.md, "Writing"),
         auto_compactions / auto_compact_failures (background compactions done / failed,
         see `open(auto_compact=...)`), sealed_dead_bytes (dead bytes in the sealed
-        segments: what a compaction would reclaim)."""
+        segments: what a compaction would reclaim), compactions / reclaimed_bytes /
+        last_compaction_ms (every compaction that retired segments since open —
+        background or `compact()` — the bytes they reclaimed, how long the last took)."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:

@@ -568,6 +568,11 @@ pub struct Store {
     /// Background compactions done, and failed.
     auto_compactions: AtomicU64,
     auto_compact_failures: AtomicU64,
+    /// Every compaction that retired segments (background or `compact()`): how many,
+    /// the bytes they reclaimed, and how long the last one took (µs).
+    compactions: AtomicU64,
+    reclaimed_bytes: AtomicU64,
+    last_compaction_us: AtomicU64,
     /// A small ring for multi_get's batched reads of values not in the page cache.
     reader: Mutex<Option<io_uring::IoUring>>,
     /// Bytes of the active segment already handed to the kernel (readers of newer
@@ -1482,6 +1487,9 @@ impl Store {
             auto_running: AtomicBool::new(false),
             auto_compactions: AtomicU64::new(0),
             auto_compact_failures: AtomicU64::new(0),
+            compactions: AtomicU64::new(0),
+            reclaimed_bytes: AtomicU64::new(0),
+            last_compaction_us: AtomicU64::new(0),
             reader: Mutex::new(None),
             recovery: rec,
             active_kind: kind,
@@ -3836,6 +3844,21 @@ impl Store {
 
     /// [`Store::compact`], with the compaction lock held.
     fn compact_locked(&self) -> io::Result<(usize, u64)> {
+        let t = Instant::now();
+        let r = self.compact_steps();
+        if let Ok((n, freed)) = r {
+            if n > 0 {
+                self.compactions.fetch_add(1, Ordering::Relaxed);
+                self.reclaimed_bytes.fetch_add(freed, Ordering::Relaxed);
+                let us = t.elapsed().as_micros() as u64;
+                self.last_compaction_us.store(us, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+
+    /// [`Store::compact_locked`]'s steps.
+    fn compact_steps(&self) -> io::Result<(usize, u64)> {
         // the index snapshot names the segments about to be retired: drop it first (and
         // the live overlay made over it)
         {
@@ -4265,6 +4288,20 @@ impl Store {
                 self.auto_compact_failures.load(Ordering::Relaxed),
             ),
             ("sealed_dead_bytes".into(), sealed_dead),
+            // every compaction that retired segments, what they reclaimed in all, and
+            // how long the last one took
+            (
+                "compactions".into(),
+                self.compactions.load(Ordering::Relaxed),
+            ),
+            (
+                "reclaimed_bytes".into(),
+                self.reclaimed_bytes.load(Ordering::Relaxed),
+            ),
+            (
+                "last_compaction_ms".into(),
+                self.last_compaction_us.load(Ordering::Relaxed) / 1000,
+            ),
         ]
     }
 
