@@ -214,7 +214,7 @@ pub fn run_job<'py>(
     if let Some(e) = raised {
         return Err(e);
     }
-    let r = result.map_err(|e| match e.raw_os_error() {
+    let r = result.map_err(|e| match uringkit_core::text::errno_of(&e) {
         Some(code) => PyOSError::new_err((code, e.to_string())),
         None => PyOSError::new_err(e.to_string()),
     })?;

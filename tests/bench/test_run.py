@@ -204,6 +204,7 @@ def test_hipri_without_poll_queues(tmp_path: Path) -> None:
     if out.returncode == 0:
         return  # a device with poll queues: IOPOLL works
     assert "poll queues" in out.stderr
+    assert "os error" not in out.stderr, out.stderr  # (the errno is OSError.errno)
 
 
 def test_auto_engine_falls_back_when_blocked(tmp_path: Path) -> None:

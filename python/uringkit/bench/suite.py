@@ -213,7 +213,7 @@ class Suite:
                     ),
                 )
             except OSError as ex:
-                self.notes.append(f"io_uring+hipri (IOPOLL) skipped: {ex}")
+                self.notes.append(f"io_uring+hipri (IOPOLL) skipped: {ex.strerror or ex}")
             warm_cache(path)
             cached = {
                 "runtime": p.cached_runtime,

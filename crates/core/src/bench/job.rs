@@ -886,13 +886,14 @@ fn run_fd(fd: i32, spec: &JobSpec, shared: &Shared) -> io::Result<JobResult> {
                     }
                     _ => "",
                 };
-                return Err(err(
-                    e.kind(),
+                return Err(crate::text::reword(
+                    &e,
                     format!(
-                        "{} {what} of {} bytes at offset {} failed: {e}{hint}",
+                        "{} {what} of {} bytes at offset {} failed: {}{hint}",
                         eng.name(),
                         st.len,
-                        st.offset
+                        st.offset,
+                        crate::text::io_error(&e)
                     ),
                 ));
             }

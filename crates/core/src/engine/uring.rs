@@ -76,9 +76,10 @@ impl Uring {
         let entries = (depth.max(1) * 2).next_power_of_two();
         b.setup_cqsize(entries * 2);
         let ring = b.build(entries).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("io_uring_setup({entries}) with {o:?} failed: {e}"),
+            let why = crate::text::io_error(&e);
+            crate::text::reword(
+                &e,
+                format!("io_uring_setup({entries}) with {o:?} failed: {why}"),
             )
         })?;
         let iovecs: Box<[libc::iovec]> = (0..bufs.slots as u32)
