@@ -34,7 +34,11 @@ pub fn io_error(e: std::io::Error, context: &str) -> PyErr {
             ),
         ),
         Some(errno) => os_error(errno, format!("{context}: {}", strerror(errno))),
-        None => PyOSError::new_err(format!("{context}: {e}")),
+        // (a message of the core's own: its errno, if it had one, is kept beside it)
+        None => match uringkit_core::text::errno_of(&e) {
+            Some(errno) => os_error(errno, format!("{context}: {e}")),
+            None => PyOSError::new_err(format!("{context}: {e}")),
+        },
     }
 }
 

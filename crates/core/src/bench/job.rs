@@ -217,9 +217,10 @@ fn open_file(spec: &JobSpec) -> io::Result<i32> {
                 ),
             ));
         }
-        return Err(err(
-            e.kind(),
-            format!("cannot open {}: {e}", spec.filename.display()),
+        let why = crate::text::io_error(&e);
+        return Err(crate::text::reword(
+            &e,
+            format!("cannot open {}: {why}", spec.filename.display()),
         ));
     }
     Ok(fd)

@@ -141,7 +141,8 @@ pub fn run(addr: SocketAddr, cfg: &LoadConfig) -> io::Result<LoadResult> {
             let c = &mut conns[i];
             if res < 0 {
                 let e = io::Error::from_raw_os_error(-res);
-                return Err(io::Error::new(e.kind(), format!("connection {i}: {e}")));
+                let why = crate::text::io_error(&e);
+                return Err(crate::text::reword(&e, format!("connection {i}: {why}")));
             }
             if kind == K_SEND {
                 c.sent += res as usize;

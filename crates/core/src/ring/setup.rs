@@ -264,9 +264,15 @@ fn explain_setup_error(cfg: &RingConfig, e: &io::Error) -> SetupError {
             cfg.sq_thread_cpu
         ),
         libc::EMFILE | libc::ENFILE => {
-            format!("io_uring_setup: out of file descriptors ({e})")
+            format!(
+                "io_uring_setup: out of file descriptors ({})",
+                crate::text::io_error(e)
+            )
         }
-        _ => format!("io_uring_setup failed with flags {flags_text}: {e}"),
+        _ => format!(
+            "io_uring_setup failed with flags {flags_text}: {}",
+            crate::text::io_error(e)
+        ),
     };
     SetupError::Os { errno, message }
 }
