@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import sys
 import tempfile
 
 
@@ -23,3 +26,31 @@ def warm(path: str) -> None:
     while os.read(fd, 1 << 22):
         pass
     os.close(fd)
+
+
+def kv_parser(doc: str | None, rounds: int, keys: int | None = None) -> argparse.ArgumentParser:
+    """The kv benches' command line: `doc` as the help text, and the options they all
+    take — `--rounds`, `--dir` (where the stores go), `--json` — plus `--keys` when a
+    default is given."""
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    if keys is not None:
+        ap.add_argument("--keys", type=int, default=keys)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores go")
+    ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    return ap
+
+
+def emit_json(doc: object) -> None:
+    """A run's results as one JSON document on stdout."""
+    json.dump(doc, sys.stdout)
+    print()
+
+
+def round_line(r: int, cells: list[str], ratio: float | None = None, tail: str = "") -> str:
+    """`round N: cell | cell | ratio× tail`, the line each round of a kv bench prints."""
+    if ratio is not None:
+        cells = [*cells, f"{ratio:.2f}×"]
+    return f"round {r + 1}: " + " | ".join(cells) + tail

@@ -15,27 +15,20 @@ package is missing (`pip install '.[bench]'`).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
+from _common import emit_json, kv_parser, round_line
+
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--keys", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=4)
+    ap = kv_parser(__doc__, rounds=4, keys=1_000_000)
     ap.add_argument("--groups", type=int, default=500, help="multi_gets of 100 per round")
-    ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the stores")
-    ap.add_argument("--json", action="store_true", help="the rounds as JSON")
     a = ap.parse_args()
     if a.keys < 1000 or a.groups < 1:
         ap.error("--keys must be at least 1000 and --groups at least 1")
@@ -81,17 +74,16 @@ def main() -> int:
                 p.close()
             rounds.append(row)
             if not a.json:
-                cells = [f"{n} {row[n]:>10,.0f} keys/s" for n in (p.name for p in peers)]
-                if len(peers) == 2:
-                    cells.append(f"{row[peers[0].name] / row[peers[1].name]:.2f}×")
-                warmed = row["xkv_warmed_bytes"] >> 20
-                print(f"round {r + 1}: " + " | ".join(cells) + f" (warmed {warmed} MiB)")
+                names = [p.name for p in peers]
+                cells = [f"{n} {row[n]:>10,.0f} keys/s" for n in names]
+                ratio = row[names[0]] / row[names[1]] if len(names) == 2 else None
+                warmed = f" (warmed {row['xkv_warmed_bytes'] >> 20} MiB)"
+                print(round_line(r, cells, ratio, warmed), flush=True)
     finally:
         if not a.keep:
             shutil.rmtree(base, ignore_errors=True)
     if a.json:
-        json.dump({"keys": a.keys, "groups": a.groups, "rounds": rounds}, sys.stdout)
-        print()
+        emit_json({"keys": a.keys, "groups": a.groups, "rounds": rounds})
     return 0
 
 

@@ -15,7 +15,6 @@ measured is the only one.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -23,6 +22,8 @@ import tempfile
 import threading
 import time
 from typing import Any
+
+from _common import emit_json, kv_parser
 
 from uringkit import kv
 
@@ -92,15 +93,9 @@ def one_round(path: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--keys", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = kv_parser(__doc__, rounds=3, keys=1_000_000)
     ap.add_argument("--segment-size", type=int, default=0, help="bytes (0: the default)")
     ap.add_argument("--durability", choices=["none", "batch", "sync"], default="none")
-    ap.add_argument("--dir", default=tempfile.gettempdir())
-    ap.add_argument("--json", action="store_true", help="print the rounds as JSON")
     args = ap.parse_args()
     if args.keys < 1000:
         ap.error("--keys must be at least 1000")
@@ -125,8 +120,7 @@ def main() -> int:
                 flush=True,
             )
     if args.json:
-        json.dump(rounds, sys.stdout, indent=1)
-        print()
+        emit_json(rounds)
     return 0
 
 

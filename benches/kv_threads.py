@@ -15,8 +15,6 @@ once). plyvel is skipped when it is not installed (`pip install '.[bench]'`).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -24,6 +22,8 @@ import tempfile
 import threading
 import time
 from typing import Any
+
+from _common import emit_json, kv_parser, round_line
 
 
 def one(name: str, directory: str, keys: list[bytes], val: bytes, threads: int) -> dict[str, Any]:
@@ -64,15 +64,10 @@ def one(name: str, directory: str, keys: list[bytes], val: bytes, threads: int) 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = kv_parser(__doc__, rounds=3)
     ap.add_argument("--threads", type=int, default=64)
     ap.add_argument("--puts", type=int, default=40_000, help="puts per store and round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores go")
     ap.add_argument("--relay", choices=["1", "0"], default="1")
-    ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     a = ap.parse_args()
     os.environ["URINGKIT_KV_RELAY"] = a.relay
     stores = ["xkv"]
@@ -96,12 +91,10 @@ def main() -> int:
                 if "relay_primed" in x:
                     c += f" ({x['group_commits']} groups, {x['relay_primed']} primed)"
                 cells.append(c)
-            if len(row) == 2:
-                cells.append(f"{row[0]['puts_per_s'] / row[1]['puts_per_s']:.2f}×")
-            print(f"round {r + 1}: " + " | ".join(cells), flush=True)
+            ratio = row[0]["puts_per_s"] / row[1]["puts_per_s"] if len(row) == 2 else None
+            print(round_line(r, cells, ratio), flush=True)
     if a.json:
-        json.dump({"threads": a.threads, "puts": a.puts, "rounds": results}, sys.stdout)
-        print()
+        emit_json({"threads": a.threads, "puts": a.puts, "rounds": results})
     return 0
 
 
