@@ -8,6 +8,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -576,6 +577,12 @@ def test_signal_storm_loses_no_completion(ring_run: Any) -> None:
             return n
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            # A SIGALRM generated just before the timer stopped may still be on its way
+            # (to any thread) and its Python handler runs later in the main thread: it
+            # must meet the no-op handler, not the one restored — pytest-timeout's, which
+            # once reported "Timeout (>120.0s)" here in CI at once (that run's suite took
+            # 184 s, not 120 s more than usual).
+            time.sleep(0.02)
             signal.signal(signal.SIGALRM, old)
             os.close(rd)
             os.close(wr)
