@@ -2078,8 +2078,7 @@ impl Store {
         if self.opts.durability != Durability::Sync {
             return self.write_buffered(ops, atomic);
         }
-        let p = self.encode(ops, atomic)?;
-        self.commit(p)
+        self.commit(ops, atomic)
     }
 
     /// Bytes `ops` take encoded (with a COMMIT record, whether or not one is written).
@@ -2156,8 +2155,13 @@ impl Store {
 
     /// Group commit: one writer (the leader) writes everyone's pending records with one
     /// write and one fdatasync; the others wait for their ticket.
-    fn commit(&self, mut p: Pending) -> io::Result<()> {
+    fn commit(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
         let mut c = self.commit.lock().expect("commit");
+        // Encoded under the commit lock, which orders the log: records reach it in
+        // sequence-number order. (Numbered before the lock, a put of a key could take
+        // its number, a delete of it the next and be queued first: the live index then
+        // showed the put, the next open — where the higher number wins — the delete.)
+        let mut p = self.encode(ops, atomic)?;
         c.next_ticket += 1;
         let ticket = c.next_ticket;
         p.ticket = ticket;
@@ -2391,8 +2395,9 @@ impl Store {
             self.write_buffered(ops, atomic && ops.len() > 1)?;
             return Ok(0);
         }
-        let mut p = self.encode(ops, atomic && ops.len() > 1)?;
+        // (numbered under the lock that orders the log: see Store::commit)
         let mut c = self.commit.lock().expect("commit");
+        let mut p = self.encode(ops, atomic && ops.len() > 1)?;
         c.next_ticket += 1;
         p.ticket = c.next_ticket;
         c.pending.push(p);
@@ -5187,6 +5192,49 @@ mod tests {
         let r = Store::open(d.path(), o).unwrap();
         assert_eq!(r.len(), 300);
         assert!(r.check().unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn concurrent_writes_of_a_key_reopen_as_they_were_served() {
+        // Eight threads put (even ones) or delete (odd ones) the same keys at the same
+        // time, durably; whichever came last, the next open must agree with what the
+        // store served (it replays by sequence number: the log's order must be it).
+        // Before sequence numbers were taken under the commit lock, 1 key in 3,000
+        // differed in 2 runs of 3.
+        let d = tempfile::tempdir().unwrap();
+        let o = opts();
+        let s = Arc::new(Store::open(d.path(), o.clone()).unwrap());
+        let keys: Vec<Vec<u8>> = (0..3000u32).map(|i| format!("k{i}").into_bytes()).collect();
+        let keys = Arc::new(keys);
+        let threads: Vec<_> = (0..8u8)
+            .map(|t| {
+                let (s, keys) = (s.clone(), keys.clone());
+                std::thread::spawn(move || {
+                    for k in keys.iter() {
+                        match t % 2 {
+                            0 => s.put(k, &[t; 10]).unwrap(),
+                            _ => {
+                                s.delete(k).unwrap();
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let served: Vec<_> = keys.iter().map(|k| s.get(k).unwrap()).collect();
+        drop(s);
+        fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
+        let r = Store::open(d.path(), o).unwrap();
+        let differ: Vec<&[u8]> = keys
+            .iter()
+            .zip(&served)
+            .filter(|(k, v)| r.get(k).unwrap() != **v)
+            .map(|(k, _)| &k[..])
+            .collect();
+        assert!(differ.is_empty(), "{differ:?}");
     }
 
     #[test]
