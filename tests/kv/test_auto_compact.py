@@ -105,3 +105,32 @@ def test_bad_trigger(tmp_path: Path, bad: float) -> None:
         kv.open(tmp_path / "s", auto_compact=bad)
     assert "  " not in str(e.value), "a message that reads as one sentence"
     assert not (tmp_path / "s").exists()
+
+
+def test_cold_segments_are_left_alone_and_tombstones_carried(tmp_path: Path) -> None:
+    """Background compactions take the overwritten segments, not the cold ones: their
+    files are never rewritten (same inode), the compactions copy a fraction of them in
+    all, and a key deleted while its value sits in a cold segment stays deleted after
+    reopens that rebuild the index from hint files and records alone."""
+    p = tmp_path / "s"
+    seg = 64 << 10
+    with kv.open(p, durability="none", segment_size=seg, auto_compact_bytes=16 << 10) as db:
+        db.write([(b"c%04d" % i, b"%0100d" % i) for i in range(1000)])  # ~2 segments
+        cold = {f.name: f.stat().st_ino for f in sorted(p.glob("*.seg"))[:2]}
+        db.write([(b"c%04d" % i, None) for i in range(50)])
+        r = 0
+        while db.stats()["auto_compactions"] < 3 or r < 100:
+            db.write([(b"h%02d" % i, b"%04d" % r * 25) for i in range(20)])
+            r += 1
+            assert r < 100_000, db.stats()
+        st = db.stats()
+        assert st["tombstone_bytes"] > 0 and st["compacted_bytes"] < 2 * seg, st
+        assert {f: (p / f).stat().st_ino for f in cold} == cold, sorted(p.iterdir())
+    for f in p.glob("INDEX*"):
+        f.unlink()
+    for repair in (False, True):
+        with kv.open(p, auto_compact=None, repair=repair) as db:
+            assert all(db.get(b"c%04d" % i) is None for i in range(50))
+            assert all(db.get(b"c%04d" % i) == b"%0100d" % i for i in range(50, 1000))
+            assert all(db.get(b"h%02d" % i) == b"%04d" % (r - 1) * 25 for i in range(20))
+            assert db.check()[1] == []

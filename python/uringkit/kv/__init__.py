@@ -258,8 +258,10 @@ class DB:
             raise KeyError(key)
 
     def compact(self) -> tuple[int, int]:
-        """Rewrite live records, retire old segments: (segments retired, bytes reclaimed).
-        Reads and writes continue meanwhile."""
+        """Rewrite the live records of every segment, retire the old ones and the
+        tombstones: (segments retired, bytes reclaimed). Reads and writes continue
+        meanwhile. (Background compactions, `open(auto_compact=...)`, take only the
+        segments mostly dead.)"""
         return self._s.compact()
 
     def sync(self) -> None:
@@ -330,10 +332,14 @@ class DB:
         group of writers), relay_primed (durable writes from threads whose GIL hand-off
         went to a writer woken ahead of its turn: see docs/kv-format.md, "Writing"),
         auto_compactions / auto_compact_failures (background compactions done / failed,
-        see `open(auto_compact=...)`), sealed_dead_bytes (dead bytes in the sealed
-        segments: what a compaction would reclaim), compactions / reclaimed_bytes /
-        last_compaction_ms (every compaction that retired segments since open —
-        background or `compact()` — the bytes they reclaimed, how long the last took)."""
+        see `open(auto_compact=...)`), compaction_running (1 while one runs),
+        sealed_dead_bytes (dead records and tombstones in the sealed segments: what
+        compacting them all would reclaim), tombstone_bytes
+        (deletes' records: a compaction of some segments copies the ones still in force
+        on, compacting all drops them), compactions / reclaimed_bytes / compacted_bytes
+        / last_compaction_ms (every compaction that retired segments since open —
+        background or `compact()` — the bytes they reclaimed, the bytes they copied:
+        over the bytes written, the write amplification — and how long the last took)."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:
@@ -418,14 +424,19 @@ def open(  # noqa: A001
     gives INDEX up, leaving no partial file: the next open replays the segments.
 
     `auto_compact=0.5` (the default): each time a segment fills up and is sealed, a
-    compaction starts in a background thread if at least that fraction of the sealed
-    segments' bytes — and at least `auto_compact_bytes` (64 MiB) — are dead: records
-    overwritten or deleted since (Bitcask's merge triggers; RocksDB compacts by itself
-    too). It is `compact()`, run for you: reads and writes go on, a crash loses nothing,
+    background thread compacts the sealed segments at least that fraction dead —
+    records overwritten or deleted since — once they hold `auto_compact_bytes` (64 MiB)
+    of dead records between them, with the small segments earlier compactions left
+    (Bitcask's merge triggers and thresholds); the others, cold data, are not copied
+    again. Tombstones that may still hide a value in a segment left alone are copied on.
+    When the sealed segments hold that fraction of dead bytes and tombstones in all,
+    none of them enough alone, it compacts them all (dropping the tombstones), as
+    `compact()` always does. Either way reads and writes go on, a crash loses nothing,
     one runs at a time, and close() waits for one that is running. `stats()` counts them
     (`auto_compactions`, `auto_compact_failures`: a failed one — a full disk — is tried
     again at the next sealed segment; `compact()` raises its error) and shows
-    `sealed_dead_bytes`. `auto_compact=None`: only `compact()` compacts.
+    `sealed_dead_bytes`, `tombstone_bytes` and `compacted_bytes`. `auto_compact=None`:
+    only `compact()` compacts.
 
     `warm=True` (the default): when a multi_get finds values that are not in the page
     cache, the store's segments are read in by a background thread (once per open, 4 MiB

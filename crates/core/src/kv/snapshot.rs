@@ -53,6 +53,9 @@ const VERIFY_INLINE: u64 = 4 << 20;
 pub struct SnapSeg {
     pub size: u64,
     pub dead: u64,
+    /// tombstone bytes (in the 4 bytes after the id, zero in files written before
+    /// uringkit counted them: none known)
+    pub tombs: u32,
 }
 
 pub struct Snapshot {
@@ -384,7 +387,7 @@ fn head_bytes(
     }
     for (id, s) in segs {
         head.extend_from_slice(&id.to_le_bytes());
-        head.extend_from_slice(&0u32.to_le_bytes());
+        head.extend_from_slice(&s.tombs.to_le_bytes());
         head.extend_from_slice(&s.size.to_le_bytes());
         head.extend_from_slice(&s.dead.to_le_bytes());
     }
@@ -505,6 +508,7 @@ fn read_head(f: &fs::File, total: u64) -> io::Result<Option<Head>> {
                 SnapSeg {
                     size: u64_at(segtab, at + 8),
                     dead: u64_at(segtab, at + 16),
+                    tombs: u32_at(segtab, at + 4),
                 },
             )
         })
