@@ -12,7 +12,7 @@ operation each writer had in flight at the kill either landed whole or not at al
 batch all or nothing).
 
 Two writers: "threads" (one blocking writer, puts/deletes/batches/compactions on 400
-keys) and "async" (eight asyncio tasks on the event loop's group commit, each on its own
+hot keys, and now and then a put or delete of one of 3,000 cold ones) and "async" (eight asyncio tasks on the event loop's group commit, each on its own
 keys so that each task's in-flight operation is judged on its own).
 """
 
@@ -63,10 +63,16 @@ i = 0
 while True:
     i += 1
     r = rng.random()
-    if r < 0.75:
+    if r < 0.72:
         k = b"k%d" % rng.randrange(400)
         v = b"%d-%d-" % (seed, i) + bytes(rng.randrange(256) for _ in range(rng.randrange(300)))
         ops = [(k, v)]
+    elif r < 0.75:
+        # cold keys, written or deleted now and then: their values sit in old segments
+        # that background compactions leave alone, so the tombstones of the deletes are
+        # copied on from the segments that are compacted
+        k = b"c%d" % rng.randrange(3000)
+        ops = [(k, None if rng.random() < 0.5 else b"%d-%d-cold" % (seed, i))]
     elif r < 0.9:
         ops = [(b"k%d" % rng.randrange(400), None)]
     elif r < 0.97 or seed % 3:
