@@ -429,9 +429,10 @@ def open(  # noqa: A001
     of dead records between them, with the small segments earlier compactions left
     (Bitcask's merge triggers and thresholds); the others, cold data, are not copied
     again. Tombstones that may still hide a value in a segment left alone are copied on.
-    When the sealed segments hold that fraction of dead bytes and tombstones in all,
-    none of them enough alone, it compacts them all (dropping the tombstones), as
-    `compact()` always does. Either way reads and writes go on, a crash loses nothing,
+    When the tombstones reach `auto_compact_bytes` and that fraction of the live bytes
+    (a queue's deletes), or the sealed segments hold that fraction of dead bytes and
+    tombstones in all, none of them enough alone, it compacts them all (dropping the
+    tombstones), as `compact()` always does. Either way reads and writes go on, a crash loses nothing,
     one runs at a time, and close() waits for one that is running. `stats()` counts them
     (`auto_compactions`, `auto_compact_failures`: a failed one — a full disk — is tried
     again at the next sealed segment; `compact()` raises its error) and shows
