@@ -424,20 +424,19 @@ def open(  # noqa: A001
     gives INDEX up, leaving no partial file: the next open replays the segments.
 
     `auto_compact=0.5` (the default): each time a segment fills up and is sealed, a
-    background thread compacts the sealed segments at least that fraction dead —
-    records overwritten or deleted since — once they hold `auto_compact_bytes` (64 MiB)
-    of dead records between them, with the small segments earlier compactions left
-    (Bitcask's merge triggers and thresholds); the others, cold data, are not copied
-    again. Tombstones that may still hide a value in a segment left alone are copied on.
-    When the tombstones reach `auto_compact_bytes` and that fraction of the live bytes
-    (a queue's deletes), or the sealed segments hold that fraction of dead bytes and
-    tombstones in all, none of them enough alone, it compacts them all (dropping the
-    tombstones), as `compact()` always does. Either way reads and writes go on, a crash loses nothing,
-    one runs at a time, and close() waits for one that is running. `stats()` counts them
-    (`auto_compactions`, `auto_compact_failures`: a failed one — a full disk — is tried
-    again at the next sealed segment; `compact()` raises its error) and shows
-    `sealed_dead_bytes`, `tombstone_bytes` and `compacted_bytes`. `auto_compact=None`:
-    only `compact()` compacts.
+    background thread compacts the sealed segments at least that fraction dead — records
+    overwritten or deleted since — once they hold `auto_compact_bytes` (64 MiB) of dead
+    records between them, with the small segments earlier compactions left (Bitcask's merge
+    triggers and thresholds); the others, cold data, are not copied again. Tombstones that
+    may still hide a value in a segment left alone are copied on. When the tombstones reach
+    `auto_compact_bytes` and that fraction of the live bytes (a queue's deletes), or the
+    sealed segments hold that fraction of dead bytes and tombstones in all, none of them
+    enough alone, it compacts them all (dropping the tombstones), as `compact()` always
+    does. Either way reads and writes go on, a crash loses nothing, one runs at a time, and
+    close() waits for one that is running. `stats()` counts them (`auto_compactions`,
+    `auto_compact_failures`: a failed one — a full disk — is tried again at the next sealed
+    segment; `compact()` raises its error) and shows `sealed_dead_bytes`, `tombstone_bytes`
+    and `compacted_bytes`. `auto_compact=None`: only `compact()` compacts.
 
     `warm=True` (the default): when a multi_get finds values that are not in the page
     cache, the store's segments are read in by a background thread (once per open, 4 MiB

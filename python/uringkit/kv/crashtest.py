@@ -12,8 +12,9 @@ operation each writer had in flight at the kill either landed whole or not at al
 batch all or nothing).
 
 Two writers: "threads" (one blocking writer, puts/deletes/batches/compactions on 400
-hot keys, and now and then a put or delete of one of 3,000 cold ones) and "async" (eight asyncio tasks on the event loop's group commit, each on its own
-keys so that each task's in-flight operation is judged on its own).
+hot keys, and now and then a put or delete of one of 3,000 cold ones) and "async"
+(eight asyncio tasks on the event loop's group commit, each on its own keys so that each
+task's in-flight operation is judged on its own).
 """
 
 from __future__ import annotations
