@@ -5362,6 +5362,24 @@ mod tests {
         assert!(r.check().unwrap().1.is_empty());
     }
 
+    /// The statistic `name` of store `s`.
+    fn stat(s: &Store, name: &str) -> u64 {
+        s.stats().into_iter().find(|(k, _)| k == name).unwrap().1
+    }
+
+    /// Non-durable options whose background compaction triggers at half dead and
+    /// `min_bytes`.
+    fn auto_opts(min_bytes: u64) -> Options {
+        Options {
+            durability: Durability::None,
+            auto_compact: Some(AutoCompact {
+                ratio: 0.5,
+                min_bytes,
+            }),
+            ..opts()
+        }
+    }
+
     /// Segment ids of store `s` (the active one apart).
     fn sealed_ids(s: &Store) -> Vec<u32> {
         let st = s.state.read().unwrap();
@@ -5389,8 +5407,6 @@ mod tests {
                 assert_eq!(s.get(&key("h", i)).unwrap(), Some(vec![39; 100]));
             }
         };
-        let stat =
-            |s: &Store, name: &str| s.stats().into_iter().find(|(k, _)| k == name).unwrap().1;
         let tombs = {
             let s = Store::open(d.path(), opts()).unwrap();
             // cold values filling segments 1 and 2, then tombstones for some of segment
@@ -5531,16 +5547,9 @@ mod tests {
         // pass the trigger against the live bytes, a compaction of every segment drops
         // them.
         let d = tempfile::tempdir().unwrap();
-        let o = Options {
-            durability: Durability::None,
-            auto_compact: Some(AutoCompact {
-                ratio: 0.5,
-                min_bytes: 16 << 10,
-            }),
-            ..opts()
-        };
+        let o = auto_opts(16 << 10);
         let s = Store::open(d.path(), o).unwrap();
-        let stat = |name: &str| s.stats().into_iter().find(|(k, _)| k == name).unwrap().1;
+        let stat = |name: &str| stat(&s, name);
         let (mut most, mut whole) = (0, 0);
         for i in 0..40_000u32 {
             s.put(format!("q{i:08}").as_bytes(), &[7; 100]).unwrap();
@@ -5565,14 +5574,7 @@ mod tests {
     #[test]
     fn auto_compaction_rewrites_the_fragmented_segments_only() {
         let d = tempfile::tempdir().unwrap();
-        let o = Options {
-            durability: Durability::None,
-            auto_compact: Some(AutoCompact {
-                ratio: 0.5,
-                min_bytes: 1,
-            }),
-            ..opts()
-        };
+        let o = auto_opts(1);
         let val = |i: u32| format!("{i:0100}").into_bytes();
         let s = Arc::new(Store::open(d.path(), o.clone()).unwrap());
         Store::start_background(&s);
@@ -5585,7 +5587,7 @@ mod tests {
             .iter()
             .map(|i| fs::metadata(d.path().join(seg_name(*i))).unwrap().len())
             .sum();
-        let stat = |name: &str| s.stats().into_iter().find(|(k, _)| k == name).unwrap().1;
+        let stat = |name: &str| stat(&s, name);
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut round = 0u32;
         while (stat("auto_compactions") < 3 || round < 100) && Instant::now() < deadline {
@@ -6021,7 +6023,7 @@ mod tests {
             // enough to roll into new segments after the snapshot's active one
             s.put(format!("n{i}").as_bytes(), &[7; 40]).unwrap();
         }
-        let dead_before = s.stats().iter().find(|(k, _)| k == "dead_bytes").unwrap().1;
+        let dead_before = stat(&s, "dead_bytes");
         std::mem::forget(s); // no close: no new snapshot, the lock fd leaks with the test
         let s = Store::open(d.path(), opts());
         // the forgotten store still holds the flock in this process: open a copy instead
@@ -6037,7 +6039,7 @@ mod tests {
             assert_eq!(s.get(b"n1499").unwrap().unwrap(), [7; 40]);
             assert_eq!(s.len(), 2000 - 2 + 1 + 1500);
             assert_eq!(s.keys().unwrap().len(), s.len());
-            let dead = s.stats().iter().find(|(k, _)| k == "dead_bytes").unwrap().1;
+            let dead = stat(s, "dead_bytes");
             assert!(dead >= dead_before, "{dead} < {dead_before}");
         };
         // The writer's live overlay (OVERLAY, in the page cache): nothing to replay.
