@@ -1,7 +1,7 @@
 //! `KvStore`: the Python face of `uringkit_core::kv::Store`.
 
 use crate::int;
-use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
@@ -155,12 +155,18 @@ impl KvStore {
             .map_err(kv_err)
     }
 
+    /// The open store, or why not: closed, or opened by the process this one is a fork
+    /// of (RuntimeError: see Store::same_process).
     fn store(&self) -> PyResult<Arc<Store>> {
-        self.inner
+        let s = self
+            .inner
             .lock()
             .expect("kv")
             .clone()
-            .ok_or_else(|| PyValueError::new_err("operation on a closed store"))
+            .ok_or_else(|| PyValueError::new_err("operation on a closed store"))?;
+        s.same_process()
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(s)
     }
 }
 
@@ -517,11 +523,13 @@ impl KvStore {
         Ok(d)
     }
 
-    /// Flush, release the writer lock, close. Idempotent.
+    /// Flush, release the writer lock, close. Idempotent. In a forked child: let go of
+    /// this process's copy, writing nothing, without waiting for operations that ran in
+    /// threads at the fork (they stayed in the parent; see Store::drop).
     fn close(&self, py: Python<'_>) {
         let s = self.inner.lock().expect("kv").take();
         py.detach(|| {
-            if let Some(s) = s {
+            if let Some(s) = s.filter(|s| !s.forked()) {
                 // Operations still running in other threads (or the batch flusher) hold
                 // the store: wait for them, so that the store is really closed (and its
                 // lock released) when close() returns.

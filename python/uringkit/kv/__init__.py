@@ -387,6 +387,10 @@ def open(  # noqa: A001
     files), skips what is damaged or missing and warns what was lost. A second process
     opening the same store gets BlockingIOError.
 
+    The store belongs to the process that opened it: in a child forked after the open,
+    every operation on it raises RuntimeError (open it again there), closing it writes
+    nothing, and the child does not keep it locked (docs/kv.md, "Forked processes").
+
     `read_only=True` opens without the writer's lock, so any number of processes can
     read a store while one writes it (`uringkit kv get/scan/stats/check` do): it sees
     the store as it was at open until `refresh()` takes in what was written since — and
@@ -475,6 +479,15 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
     if _pool is None:
         _pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="uringkit-kv")
     return _pool
+
+
+def _forget_pool() -> None:
+    # a forked child has none of the pool's threads: a job sent to it would never run
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 class AsyncDB:

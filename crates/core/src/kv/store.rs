@@ -7,6 +7,7 @@ use super::mapped;
 use super::overlay;
 use super::record::{self, Kind, FLAG_BATCH, HEADER};
 use super::snapshot::{self, SnapSeg};
+use crate::sys::fork;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs;
@@ -625,6 +626,10 @@ pub struct Store {
     pub recovery: Recovery,
     /// How active segments are written (decided at open).
     active_kind: ActiveKind,
+    /// The fork generation ([`fork::generation`]) and the process id when it was opened:
+    /// in a forked child the store refuses to work ([`Store::same_process`]).
+    born: u64,
+    opener: u32,
 }
 
 /// `mmap(len, prot, flags, fd, 0)`, or null when `len` is 0 or the mapping fails (the
@@ -1470,6 +1475,11 @@ impl Store {
             Some(&n) => record::mark(active, n.min(act_size)),
             None => 0,
         };
+        let born = fork::generation();
+        if !ro {
+            // (a forked child lets the lock go: see sys/fork.rs)
+            fork::hold_lock(lock_fd);
+        }
         Ok(Store {
             dir: dir.to_path_buf(),
             lock_fd,
@@ -1526,6 +1536,8 @@ impl Store {
             reader: Mutex::new(None),
             recovery: rec,
             active_kind: kind,
+            born,
+            opener: std::process::id(),
             opts,
         })
     }
@@ -3045,6 +3057,7 @@ impl Store {
 
     /// An error for `what` (a write) on a store opened read-only.
     fn writable(&self, what: &str) -> io::Result<()> {
+        self.same_process()?;
         match self.opts.read_only {
             true => Err(err(
                 io::ErrorKind::PermissionDenied,
@@ -3055,6 +3068,29 @@ impl Store {
             )),
             false => Ok(()),
         }
+    }
+
+    /// This process is a fork of the one that opened the store.
+    pub fn forked(&self) -> bool {
+        fork::generation() != self.born
+    }
+
+    /// An error in a forked child: the store belongs to the process that opened it.
+    pub fn same_process(&self) -> io::Result<()> {
+        if !self.forked() {
+            return Ok(());
+        }
+        Err(err(
+            io::ErrorKind::Other,
+            format!(
+                "{}: this store was opened by process {} and this process is a fork of it; \
+                 a store serves only the process that opened it (used from both, they would \
+                 overwrite each other's records) — open the store again in this process, \
+                 with read_only=True while the parent keeps writing",
+                self.dir.display(),
+                self.opener
+            ),
+        ))
     }
 
     /// Segment `seg` is fdatasynced up to `end`: records encoded from now on say so.
@@ -4560,6 +4596,16 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        if self.forked() {
+            // A forked child's copy: its write buffer, index and segment sizes are the
+            // parent's as they were at the fork, its mappings of the active segment and
+            // of OVERLAY are the parent's own pages. Flushing, sealing or writing INDEX
+            // from here would overwrite what the parent wrote since: only let go of the
+            // descriptors (the lock's is /dev/null by now, see sys/fork.rs).
+            // SAFETY: lock_fd is this process's copy; closing it touches nothing else.
+            unsafe { libc::close(self.lock_fd) };
+            return;
+        }
         self.warm_stop.store(true, Ordering::Relaxed);
         // (read-only: nothing to flush, write or remove)
         if let Some(mut c) = self.commit.lock().ok().filter(|_| !self.opts.read_only) {
@@ -4583,6 +4629,7 @@ impl Drop for Store {
                 st.index.detach(); // (a closed store's overlay is in INDEX, if anywhere)
             }
         }
+        fork::release_lock(self.lock_fd);
         // SAFETY: lock_fd is ours; closing releases the flock.
         unsafe { libc::close(self.lock_fd) };
     }

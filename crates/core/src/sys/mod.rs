@@ -1,6 +1,7 @@
 //! Process-level facts and controls: seccomp, kernel version.
 
 pub mod fileio;
+pub mod fork;
 pub mod helper;
 pub mod nowait;
 pub mod seccomp;
