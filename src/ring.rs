@@ -13,6 +13,7 @@ use uringkit_core::op::{self, FdArg, IoInfo, KStatx, MsgStore, Owned, SockAddr};
 use uringkit_core::ring::probe::OPS;
 use uringkit_core::ring::register;
 use uringkit_core::ring::{self as core_ring, setup::human_bytes, setup::memlock_text};
+use uringkit_core::sys::fork;
 use uringkit_core::{Done, RingConfig, SetupError, Slot, SqeOpts, WaitOutcome};
 
 use crate::buffers::{Buffer, BufferRing};
@@ -82,6 +83,10 @@ pub struct Ring {
     fast_ud: u64,
     /// Registered buffers lent to `read_bytes_future` reads.
     read_pool: Option<ReadPool>,
+    /// The fork generation and process id at creation: a forked child refuses to use the
+    /// ring (its queues are shared with the parent's) and closes only its own fd.
+    born: u64,
+    opener: u32,
 }
 
 /// The read pool: registered buffers, and the indexes of those not lent out.
@@ -108,6 +113,15 @@ impl Drop for Lease {
 
 impl Ring {
     fn core(&mut self) -> PyResult<&mut CoreRing> {
+        if fork::generation() != self.born {
+            return Err(PyRuntimeError::new_err(format!(
+                "this Ring was created by process {} and this process is a fork of it: the \
+                 ring's queues, its registered files and buffers are the parent's (used \
+                 from both, each side would take the other's completions) — create a new \
+                 Ring in this process",
+                self.opener
+            )));
+        }
         self.core
             .as_mut()
             .ok_or_else(|| PyValueError::new_err("I/O operation on a closed Ring"))
@@ -516,6 +530,15 @@ impl Ring {
         let Some(mut core) = self.core.take() else {
             return Ok(());
         };
+        if fork::generation() != self.born {
+            // A forked child's copy: cancelling "everything in flight" and reaping would
+            // cancel the parent's ops and take its completions (the queues are shared).
+            // Close this process's fd and keep (leak) the memory: nothing is freed that
+            // the parent's kernel requests could be using, nothing is unregistered.
+            self.forget_registered();
+            core.abandon(|_| true);
+            return Ok(());
+        }
         let mut sink = Vec::new();
         let res = core.begin_close();
         if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::EEXIST)) {
@@ -676,6 +699,8 @@ impl Ring {
             batches: 0,
             fast_ud: 1 << 62,
             read_pool: None,
+            born: fork::generation(),
+            opener: std::process::id(),
         })
     }
 

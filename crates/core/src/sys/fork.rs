@@ -17,7 +17,7 @@
 //! an `flock` belongs to the open file description, which the child shares, so without
 //! this every child kept the parent's store locked for as long as it lived — the parent
 //! could not close and open its own store again while a `multiprocessing` worker ran.
-//! The child's descriptor is pointed at `/dev/null` instead (`dup2`, async-signal-safe),
+//! The child's descriptor is pointed at `/dev/null` instead (`dup3`, async-signal-safe),
 //! so its number stays valid for whoever closes it later.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -35,7 +35,7 @@ static HELD: [AtomicI32; LOCKS] = [FREE; LOCKS];
 
 extern "C" fn in_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
-    // (only async-signal-safe calls here: open, dup2, close)
+    // (only async-signal-safe calls here: open, dup3, close)
     let mut null = -1;
     for slot in &HELD {
         let fd = slot.swap(-1, Ordering::Relaxed);
@@ -49,10 +49,10 @@ extern "C" fn in_child() {
                 return;
             }
         }
-        // SAFETY: both fds are open in this process; dup2 closes `fd`'s reference to the
-        // locked file description and makes `fd` a /dev/null descriptor (O_CLOEXEC is not
-        // carried over by dup2: whoever owns `fd` closes it as before).
-        unsafe { libc::dup2(null, fd) };
+        // SAFETY: both fds are open in this process; dup3 closes `fd`'s reference to the
+        // locked file description and makes `fd` a /dev/null descriptor, close-on-exec
+        // like the lock's (a child forked to exec a program passes nothing on).
+        unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
     }
     if null >= 0 {
         // SAFETY: ours, opened above.
@@ -103,7 +103,7 @@ mod tests {
 
     /// Lock a new file, fork a child that waits, close the lock in the parent and try to
     /// take it again: whether that worked, and the child's exit code (bit 0: it saw a new
-    /// generation; bit 1: its copy of the lock fd is still an open descriptor).
+    /// generation; bit 1: its copy of the lock fd is still open, and close-on-exec).
     fn lock_fork_close_relock(hold: bool) -> (bool, i32) {
         let d = tempfile::tempdir().unwrap();
         let path = std::ffi::CString::new(d.path().join("LOCK").to_str().unwrap()).unwrap();
@@ -131,7 +131,7 @@ mod tests {
             if pid == 0 {
                 // the child: plain syscalls only, then _exit
                 let code = (generation() != born) as i32
-                    | ((libc::fcntl(fd, libc::F_GETFD) >= 0) as i32) << 1;
+                    | ((libc::fcntl(fd, libc::F_GETFD) == libc::FD_CLOEXEC) as i32) << 1;
                 libc::close(p[1]);
                 libc::write(q[1], (&b as *const u8).cast(), 1);
                 libc::read(p[0], (&mut b as *mut u8).cast(), 1); // (until the parent says)
