@@ -262,6 +262,27 @@ def test_second_writer_refused_across_processes(tmp_path: Path) -> None:
     assert out.stdout == ""  # free again once the first writer is gone
 
 
+def test_second_writer_in_the_same_process_is_told_so(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    with kv.open(p) as db:
+        with pytest.raises(BlockingIOError, match="already open for writing in this process"):
+            kv.open(p)
+        with kv.open(p, read_only=True) as r:  # (readers take no lock)
+            assert len(r) == 0
+        db.put(b"k", b"v")  # (the failed open let nothing of the first one go)
+    with kv.open(p) as db:  # closed: free again
+        assert db[b"k"] == b"v"
+
+
+def test_a_file_where_the_store_should_be(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x")
+    for p in (tmp_path / "f", tmp_path / "f" / "db"):
+        for ro in (False, True):
+            with pytest.raises(NotADirectoryError, match="a store is a directory"):
+                kv.open(p, read_only=ro)
+    assert (tmp_path / "f").read_bytes() == b"x"
+
+
 @pytest.mark.parametrize("relay", ["1", "0"])
 def test_concurrent_writer_threads_share_syncs(
     tmp_path: Path, relay: str, monkeypatch: pytest.MonkeyPatch

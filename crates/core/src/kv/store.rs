@@ -1095,14 +1095,36 @@ impl Store {
                 })?;
                 open_fd(&lock_path, libc::O_RDWR | libc::O_CREAT)?
             }
+            Err(e) if crate::text::errno_of(&e) == Some(libc::ENOTDIR) => {
+                return Err(reword(
+                    &e,
+                    format!(
+                        "{}: not a directory — a store is a directory (kv.open creates it); \
+                         this path, or a parent of it, is a file",
+                        dir.display()
+                    ),
+                ))
+            }
             r => r?,
         };
         let mapped_ok = mapped_writes_safe(dir);
         let kind = ActiveKind::for_store(mapped_ok, &opts);
         // SAFETY: flock on our fd; the lock dies with the process.
         if !ro && unsafe { libc::flock(lock_fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let here = fork::held_here(lock_fd);
             // SAFETY: fd is ours.
             unsafe { libc::close(lock_fd) };
+            if here {
+                return Err(err(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{} is already open for writing in this process (a kv.open() of it \
+                         not closed yet): use that one — it is thread-safe — or close it \
+                         first; only one writer at a time",
+                        dir.display()
+                    ),
+                ));
+            }
             return Err(err(
                 io::ErrorKind::WouldBlock,
                 format!(

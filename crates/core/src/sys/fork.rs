@@ -97,6 +97,22 @@ pub fn release_lock(fd: i32) {
     }
 }
 
+/// `fd` refers to the same file as one of the locks held ([`hold_lock`]) by this process:
+/// a second open of a store this process has open for writing.
+pub fn held_here(fd: i32) -> bool {
+    let id = |fd: i32| {
+        // SAFETY: fstat fills the stat struct we own; a bad fd only makes it fail.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    let Some(me) = id(fd) else {
+        return false;
+    };
+    HELD.iter()
+        .map(|s| s.load(Ordering::Acquire))
+        .any(|h| h >= 0 && h != fd && id(h) == Some(me))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
