@@ -4810,7 +4810,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let _a = Store::open(d.path(), opts()).unwrap();
         let e = Store::open(d.path(), opts()).err().unwrap();
-        assert!(e.to_string().contains("another process"), "{e}");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(e.to_string().contains("in this process"), "{e}");
     }
 
     #[test]
