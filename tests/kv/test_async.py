@@ -234,3 +234,63 @@ def test_buffered_async_writes_inline(tmp_path: Path, run: Run, durability: str)
     run(go)
     with kv.open(tmp_path / "db") as db:
         assert len(db) == 2999 and db.get(b"k2999") == b"v" * (2999 % 500)
+
+
+def test_a_store_outlives_its_loop(tmp_path: Path, run: Run) -> None:
+    """Opened in one `asyncio.run()` and used in the next (one loop per test or per
+    request): its durable writes go through the new loop's ring."""
+    holder: dict[str, kv.AsyncDB] = {}
+
+    async def first() -> None:
+        holder["db"] = await kv.open_async(tmp_path / "db")
+        await holder["db"].put(b"a", b"1")
+
+    async def second() -> None:
+        db = holder["db"]
+        before = db.db.stats()["group_commits"]
+        await asyncio.gather(*(db.put(b"k%d" % i, b"v") for i in range(50)))
+        await db.batch([(b"b", b"2")])
+        if isinstance(get_backend(), RingBackend):
+            assert db._ring is get_backend()
+        assert db.db.stats()["group_commits"] - before < 50  # (shared fdatasyncs)
+        assert await db.get(b"a") == b"1"
+        await db.close()
+
+    run(first)
+    run(second)
+    with kv.open(tmp_path / "db") as db:
+        assert len(db) == 52 and db[b"b"] == b"2"
+
+
+def test_two_running_loops_share_a_store(tmp_path: Path) -> None:
+    """Loops in two threads awaiting the same store at once: every write lands, each
+    loop writes through its own ring or, while the other's group is in flight, the
+    thread pool."""
+
+    async def opener() -> kv.AsyncDB:
+        return await kv.open_async(tmp_path / "db")
+
+    db = asyncio.run(opener())
+    errors: list[BaseException] = []
+
+    def loop_thread(t: int) -> None:
+        async def go() -> None:
+            for r in range(20):
+                await asyncio.gather(*(db.put(b"%d-%d-%d" % (t, r, i), b"v") for i in range(10)))
+            await db._drain()
+
+        try:
+            asyncio.run(go())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=loop_thread, args=(t,)) for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads), "a loop hung"
+    assert errors == []
+    asyncio.run(db.close())
+    with kv.open(tmp_path / "db") as d:
+        assert len(d) == 2 * 20 * 10

@@ -500,36 +500,61 @@ class AsyncDB:
 
     Cancelling a task awaiting `put` does not unqueue the record: it may still be
     written (as with a thread interrupted after calling `DB.put`).
+
+    The store is not tied to the loop it was opened on: awaited from another loop (one
+    `asyncio.run()` per test or per request, the first loop closed or not), it moves to
+    that loop's ring once the groups it had in flight on the other are done. Used from
+    two running loops at once (threads), one of them writes through the thread pool
+    until the other's group is done.
     """
 
     def __init__(self, db: DB, durability: str) -> None:
         self.db = db
+        self._sync = durability == "sync"
         self._ring: Any = None
-        if durability == "sync":
-            from ..aio._backend import RingBackend, get_backend
-
-            b = get_backend()
-            if isinstance(b, RingBackend):
-                self._ring = b
         # futures of writes queued since the last group went out
         self._waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._last = 0  # ticket of the newest queued write
+        self._ring_now()
+
+    def _ring_now(self) -> Any:
+        """The ring that writes durable groups for the running loop, or None: write
+        through the thread pool (not durability="sync", no io_uring, or another running
+        loop has a group in flight)."""
+        ring = self._ring
+        loop = asyncio.get_running_loop()
+        if ring is not None and ring.loop is loop:
+            return ring
+        if not self._sync:
+            return None
+        if ring is not None and not ring.loop.is_closed():
+            busy = self._flusher is not None and not self._flusher.done()
+            if busy or self._waiters:
+                return None  # (the other loop's flusher settles its waiters)
+        from ..aio._backend import RingBackend, get_backend
+
+        b = get_backend()
+        self._ring = b if isinstance(b, RingBackend) else None
+        # (a closed loop's unfinished flusher and waiters are gone with it)
+        self._waiters, self._flusher = [], None
+        return self._ring
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
 
     async def _write(self, ops: list[tuple[bytes, bytes | None]], atomic: bool) -> None:
-        if self._ring is None:
+        ring = self._ring_now()
+        if ring is None:
             # a buffered store takes the write inline when it cannot block
             if not self.db._s.write_nowait(ops, atomic):
                 await self._run(self.db._s.batch if atomic else self._write_each, ops)
             return
         self._last = self.db._s.enqueue(ops, atomic)
-        fut: asyncio.Future[None] = self._ring.loop.create_future()
+        fut: asyncio.Future[None] = ring.loop.create_future()
         self._waiters.append(fut)
         if self._flusher is None or self._flusher.done():
-            self._flusher = self._ring.loop.create_task(self._flush())
+            self._flusher = ring.loop.create_task(self._flush())
         await fut
 
     def _write_each(self, ops: list[tuple[bytes, bytes | None]]) -> None:
@@ -541,7 +566,7 @@ class AsyncDB:
 
     async def _flush(self) -> None:
         """Write queued groups until none is left, one write+fdatasync at a time."""
-        s = self.db._s
+        s, ring = self.db._s, self._ring
         while self._waiters:
             waiters, self._waiters = self._waiters, []
             last = self._last
@@ -556,7 +581,7 @@ class AsyncDB:
                 else:
                     fd, off, data, _last = lead
                     try:
-                        wrote, synced = await self._ring.write_datasync(fd, data, off)
+                        wrote, synced = await ring.write_datasync(fd, data, off)
                     except BaseException:
                         # (the loop is closing: cancelled) the group failed — release the
                         # store's writer role, or every later write would wait forever
@@ -577,7 +602,7 @@ class AsyncDB:
     async def put(self, key: bytes, value: Buffer) -> None:
         if type(value) is not bytes:
             value = _value(value)
-        ring = self._ring
+        ring = self._ring_now()
         if ring is None:
             if not self.db._s.write_nowait([(key, value)]):
                 await self._run(self.db._s.put, key, value)
@@ -634,8 +659,15 @@ class AsyncDB:
         return await self._run(self.db.refresh)  # type: ignore[no-any-return]
 
     async def _drain(self) -> None:
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
+        f = self._flusher
+        while f is not None and not f.done():
+            if f.get_loop() is not asyncio.get_running_loop():
+                # (another loop's group: wait for the newest write off this loop)
+                if not f.get_loop().is_closed():
+                    await self._run(self.db._s.wait_ticket, self._last)
+                return
+            await asyncio.shield(f)
+            f = self._flusher
 
     def __len__(self) -> int:
         return len(self.db)
