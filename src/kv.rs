@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
-use uringkit_core::kv::{AutoCompact, Durability, Options, Refresh, Store};
+use uringkit_core::kv::{AutoCompact, Durability, Listed, Options, Refresh, Store};
 
 /// The store's error as Python's: an OS error (errno kept through any rewording) is
 /// `OSError(errno, message)` — its subclass by errno — even an EINVAL; the store's own
@@ -435,6 +435,33 @@ impl KvStore {
         PyList::new(py, ks.iter().map(|k| PyBytes::new(py, k)))
     }
 
+    /// A scan's snapshot: the keys starting with `prefix` in [start, stop), in key order
+    /// (reversed with `reverse`), with where their records are — read later, a chunk at
+    /// a time, as they were now ([`KvScan`]).
+    #[pyo3(signature = (prefix=None, start=None, stop=None, reverse=false))]
+    fn scan(
+        slf: &Bound<'_, Self>,
+        prefix: Option<Vec<u8>>,
+        start: Option<Vec<u8>>,
+        stop: Option<Vec<u8>>,
+        reverse: bool,
+    ) -> PyResult<KvScan> {
+        let py = slf.py();
+        let s = slf.get().store()?;
+        let pre = prefix.unwrap_or_default();
+        let mut items = py
+            .detach(|| s.scan(&pre, start.as_deref(), stop.as_deref()))
+            .map_err(kv_err)?;
+        if reverse {
+            items.reverse();
+        }
+        Ok(KvScan {
+            store: slf.clone().unbind(),
+            items,
+            next: 0,
+        })
+    }
+
     /// A snapshot of every (key, value) pair, values read as the list is built.
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let s = self.store()?;
@@ -545,5 +572,43 @@ impl KvStore {
     #[getter]
     fn closed(&self) -> bool {
         self.inner.lock().expect("kv").is_none()
+    }
+}
+
+/// A scan of a store ([`KvStore::scan`]): its keys and where their records were when it
+/// was taken; values are read a chunk at a time, as they were then — whatever is written,
+/// deleted or compacted meanwhile (the segments it reads stay open while it lives).
+#[pyclass(module = "uringkit._native")]
+pub struct KvScan {
+    store: Py<KvStore>,
+    items: Vec<Listed>,
+    next: usize,
+}
+
+#[pymethods]
+impl KvScan {
+    fn __len__(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Every key of the scan, in its order.
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.items.iter().map(|(k, _, _)| PyBytes::new(py, k)))
+    }
+
+    /// The next `n` (key, value) pairs; an empty list at the end. The store must still be
+    /// open (ValueError once it is closed).
+    fn next_items<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
+        let s = self.store.get().store()?;
+        let end = self.next.saturating_add(n).min(self.items.len());
+        let part = &self.items[self.next..end];
+        let vals = py.detach(|| s.read_listed(part)).map_err(kv_err)?;
+        let pairs = part
+            .iter()
+            .zip(vals)
+            .map(|((k, _, _), v)| (PyBytes::new(py, k), PyBytes::new(py, &v)));
+        let out = PyList::new(py, pairs)?;
+        self.next = end;
+        Ok(out)
     }
 }

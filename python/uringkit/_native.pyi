@@ -27,6 +27,7 @@ __all__ = [
     "Completion",
     "EchoServer",
     "Fixed",
+    "KvScan",
     "KvStore",
     "LibaioContext",
     "Ring",
@@ -740,6 +741,12 @@ def pread_nowait_many(
 ) -> list[int]: ...
 
 @final
+class KvScan:
+    def __len__(self) -> int: ...
+    def keys(self) -> list[bytes]: ...
+    def next_items(self, n: int) -> list[tuple[bytes, bytes]]: ...
+
+@final
 class KvStore:
     def __new__(
         cls,
@@ -785,6 +792,13 @@ class KvStore:
         stop: bytes | None = None,
         reverse: bool = False,
     ) -> list[bytes]: ...
+    def scan(
+        self,
+        prefix: bytes | None = None,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+    ) -> KvScan: ...
     def items(self) -> list[tuple[bytes, bytes]]: ...
     def compact(self) -> tuple[int, int]: ...
     def checkpoint(self, path: str | os.PathLike[str]) -> tuple[int, int, int]: ...

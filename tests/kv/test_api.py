@@ -907,8 +907,7 @@ def test_direct_store_serves_fresh_records_from_memory(tmp_path: Path) -> None:
 
 def test_iterator_in_key_order(tmp_path: Path) -> None:
     """db.iterator(): plyvel's ordered scan — key order (bytewise), prefix, [start, stop),
-    reverse, keys only; a key deleted during the iteration is skipped, one overwritten
-    gives its new value; values are read in chunks larger than one multi_get."""
+    reverse, keys only; values are read in chunks larger than one multi_get."""
     with kv.open(tmp_path / "db") as db:
         rng = random.Random(3)
         keys = [b"user:%05d" % i for i in range(2500)] + [b"item:1", b"item:2", b"a", b"\xff"]
@@ -930,13 +929,38 @@ def test_iterator_in_key_order(tmp_path: Path) -> None:
         rev = list(db.iterator(prefix=b"item:", reverse=True))
         assert rev == [(b"item:2", b"2:meti"), (b"item:1", b"1:meti")]
         assert list(db.iterator(prefix=b"nope")) == []
-        it = db.iterator(prefix=b"user:")
+
+
+@pytest.mark.parametrize("durability", ["none", "sync"])
+def test_iterator_is_a_snapshot(tmp_path: Path, durability: str) -> None:
+    """As LevelDB's and RocksDB's: the pairs as they were when iterator() was called,
+    whatever is put, deleted or compacted before or while it is read — the records it
+    reads stay readable after a compaction retired their segments."""
+    with kv.open(tmp_path / "db", durability=durability, segment_size=64 << 10) as db:
+        db.write([(b"k%05d" % i, b"old%d" % i * 10) for i in range(3000)])
+        it = db.iterator()  # (taken here, not at the first next())
+        keys_only = db.iterator(prefix=b"k00", include_value=False)
+        db.delete(b"k00000")
+        db.put(b"k00001", b"new")
         first = next(it)
-        db.delete(b"user:01500")  # in a chunk not read yet: skipped
-        db.put(b"user:02000", b"new")  # likewise: its new value
+        db.delete(b"k01500")  # in a chunk not read yet
+        db.put(b"k02000", b"new")
+        db.put(b"k99999", b"added")
+        for i in range(3000, 6000):  # overwrite everything else: the old records go dead
+            db.put(b"k%05d" % (i - 3000), b"newer")
+        retired, _ = db.compact()
+        assert retired > 0
         rest = dict(it)
-        assert first[0] == b"user:00000" and b"user:01500" not in rest
-        assert rest[b"user:02000"] == b"new" and len(rest) == 2498
+        assert first == (b"k00000", b"old0" * 10)
+        assert len(rest) == 2999 and b"k99999" not in rest
+        assert all(v == b"old%d" % int(k[1:]) * 10 for k, v in rest.items())
+        assert next(keys_only) == b"k00000" and len(list(keys_only)) == 999
+        after = dict(db.iterator())
+        assert after[b"k00001"] == b"newer" and after[b"k99999"] == b"added"
+        it2 = db.iterator()
+        next(it2)
+    with pytest.raises(ValueError, match="closed store"):
+        list(it2)  # (the first chunk was read; the next needs the store)
 
 
 def test_async_iterator(tmp_path: Path) -> None:

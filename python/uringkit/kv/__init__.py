@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._native import KvStore
+from .._native import KvScan, KvStore
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -49,10 +49,13 @@ def _need_bound(prefix: bytes | None, start: bytes | None, stop: bytes | None) -
         raise ValueError("delete_range needs prefix=, start= or stop= (all keys: use a new store)")
 
 
-def _chunks(keys: list[bytes]) -> Iterator[list[bytes]]:
-    """A scan's keys in the chunks whose values are read together (one multi_get each)."""
-    for i in range(0, len(keys), _SCAN_CHUNK):
-        yield keys[i : i + _SCAN_CHUNK]
+def _scan_iter(scan: KvScan, include_value: bool) -> Iterator[Any]:
+    """A scan's keys, or its (key, value) pairs read a chunk at a time."""
+    if not include_value:
+        yield from scan.keys()
+        return
+    while chunk := scan.next_items(_SCAN_CHUNK):
+        yield from chunk
 
 
 MAX_VALUE = 64 * 1024 * 1024
@@ -228,20 +231,18 @@ class DB:
     ) -> Iterator[Any]:
         """(key, value) pairs — or keys, with include_value=False — in key order (bytewise;
         `reverse` for descending), of the keys that start with `prefix` and lie in
-        [start, stop): plyvel's `db.iterator()`. The keys are a snapshot taken at the
-        call; values are read 1,000 at a time with multi_get as the iteration reaches
-        them, so a key deleted before its chunk is read is skipped and one overwritten
-        before then gives its newer value.
+        [start, stop): plyvel's `db.iterator()`.
+
+        A snapshot, as LevelDB's and RocksDB's iterators are: the pairs as they were at
+        the call, whatever is put, deleted or compacted while iterating. Values are read
+        1,000 at a time as the iteration reaches them (like multi_get: copies from the
+        page cache, one batch of reads for the rest), from the records that held them at
+        the call — the segments they are in stay open while the iterator lives, so the
+        disk space of segments a compaction retires meanwhile is freed when it is done
+        with. Closing the store ends it (ValueError at the next chunk).
         The index is a hash table (Bitcask): each call filters every key and sorts the
         matches, O(n + m log m) — for scans, not for point lookups."""
-        keys = self._s.keys_range(prefix, start, stop, reverse)
-        if not include_value:
-            yield from keys
-            return
-        for part in _chunks(keys):
-            for k, v in zip(part, self._s.multi_get(part), strict=True):
-                if v is not None:
-                    yield (k, v)
+        return _scan_iter(self._s.scan(prefix, start, stop, reverse), include_value)
 
     # the mapping protocol, as dbm/shelve/rocksdict: db[key], db[key] = value, del db[key]
     def __getitem__(self, key: bytes) -> bytes:
@@ -703,18 +704,18 @@ class AsyncDB:
         reverse: bool = False,
         include_value: bool = True,
     ) -> AsyncIterator[Any]:
-        """`DB.iterator` for asyncio: `async for k, v in db.iterator(prefix=b"a:")`. The
-        key snapshot is taken off the loop; values come 1,000 at a time through
-        `multi_get` (cached ones inline, the rest in one batch of reads)."""
-        keys: list[bytes] = await self._run(self.db._s.keys_range, prefix, start, stop, reverse)
+        """`DB.iterator` for asyncio: `async for k, v in db.iterator(prefix=b"a:")`, a
+        snapshot as `DB.iterator`'s, taken (off the loop) when the iteration starts;
+        values come 1,000 at a time, each chunk read off the loop."""
+        scan = await self._run(self.db._s.scan, prefix, start, stop, reverse)
         if not include_value:
+            keys: list[bytes] = scan.keys()
             for k in keys:
                 yield k
             return
-        for part in _chunks(keys):
-            for k, v in zip(part, await self.multi_get(part), strict=True):
-                if v is not None:
-                    yield (k, v)
+        while chunk := await self._run(scan.next_items, _SCAN_CHUNK):
+            for kv in chunk:
+                yield kv
 
     async def items(self) -> list[tuple[bytes, bytes]]:
         return await self._run(self.db.items)  # type: ignore[no-any-return]

@@ -9,4 +9,4 @@ pub mod snapshot;
 pub mod store;
 pub mod table;
 
-pub use store::{AutoCompact, Durability, Options, Recovery, Refresh, Refreshed, Store};
+pub use store::{AutoCompact, Durability, Listed, Options, Recovery, Refresh, Refreshed, Store};

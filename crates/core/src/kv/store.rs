@@ -3420,6 +3420,29 @@ impl Store {
         if found.iter().any(Option::is_none) {
             self.index_trusted()?;
         }
+        self.read_found(keys, found)
+    }
+
+    /// The values of the entries of a listing ([`Store::scan`]): what they held when it
+    /// was taken, read as [`Store::multi_get`] reads (copies from the page cache, one
+    /// batch of reads for the rest). Segments a compaction retired since are still read:
+    /// the listing keeps them open.
+    pub fn read_listed(&self, items: &[Listed]) -> io::Result<Vec<Vec<u8>>> {
+        let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| k.as_slice()).collect();
+        let found = items
+            .iter()
+            .map(|(_, l, s)| Some((*l, s.clone())))
+            .collect();
+        let vals = self.read_found(&keys, found)?;
+        Ok(vals.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// Read the values of `keys` found at the given places (None: no such key).
+    fn read_found(
+        &self,
+        keys: &[&[u8]],
+        found: Vec<Option<(Loc, Arc<Segment>)>>,
+    ) -> io::Result<Vec<Option<Vec<u8>>>> {
         // Values in the page cache are copied from the mapping; the others are read by
         // one batch of io_uring reads, all in flight at once (RocksDB's MultiGet on
         // io_uring): a cold multi_get costs about one disk latency, not one per key.
@@ -3609,6 +3632,36 @@ impl Store {
         };
         ks.sort_unstable();
         Ok(ks)
+    }
+
+    /// The keys starting with `prefix` in [start, stop), sorted, with where their records
+    /// are and the segments holding them: a snapshot whose values
+    /// [`Store::read_listed`] reads later as they were now.
+    pub fn scan(
+        &self,
+        prefix: &[u8],
+        start: Option<&[u8]>,
+        stop: Option<&[u8]>,
+    ) -> io::Result<Vec<Listed>> {
+        self.index_trusted()?;
+        if self.opts.durability != Durability::Sync {
+            // (the write buffer's records are read from the file)
+            self.flush()?;
+        }
+        let mut ls: Vec<Listed> = {
+            let st = self.state.read().expect("state");
+            st.index
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with(prefix)
+                        && start.is_none_or(|a| *k >= a)
+                        && stop.is_none_or(|b| *k < b)
+                })
+                .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()))
+                .collect()
+        };
+        ls.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(ls)
     }
 
     /// A snapshot of (key, location) pairs: values are read lazily by the caller.
