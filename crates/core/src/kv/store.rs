@@ -952,6 +952,11 @@ impl Drop for ReadMap {
     }
 }
 
+/// `k` starts with `prefix` and lies in [start, stop) (a scan's bounds).
+fn in_range(k: &[u8], prefix: &[u8], start: Option<&[u8]>, stop: Option<&[u8]>) -> bool {
+    k.starts_with(prefix) && start.is_none_or(|a| k >= a) && stop.is_none_or(|b| k < b)
+}
+
 fn seg_name(id: u32) -> String {
     format!("{id:08}.seg")
 }
@@ -3622,11 +3627,7 @@ impl Store {
             st.index
                 .iter()
                 .map(|(k, _)| k)
-                .filter(|k| {
-                    k.starts_with(prefix)
-                        && start.is_none_or(|a| *k >= a)
-                        && stop.is_none_or(|b| *k < b)
-                })
+                .filter(|k| in_range(k, prefix, start, stop))
                 .map(|k| k.to_vec())
                 .collect()
         };
@@ -3652,11 +3653,7 @@ impl Store {
             let st = self.state.read().expect("state");
             st.index
                 .iter()
-                .filter(|(k, _)| {
-                    k.starts_with(prefix)
-                        && start.is_none_or(|a| *k >= a)
-                        && stop.is_none_or(|b| *k < b)
-                })
+                .filter(|(k, _)| in_range(k, prefix, start, stop))
                 .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()))
                 .collect()
         };
