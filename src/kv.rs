@@ -176,7 +176,7 @@ impl KvStore {
     #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
         repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true,
         warm=true, sqpoll=false, read_only=false, auto_compact=Some(0.5),
-        auto_compact_bytes=64<<20))]
+        auto_compact_bytes=64<<20, compression=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -195,7 +195,18 @@ impl KvStore {
         read_only: bool,
         auto_compact: Option<f64>,
         auto_compact_bytes: u64,
+        compression: Option<&str>,
     ) -> PyResult<Self> {
+        let compress = match compression {
+            None => false,
+            Some("lz4") => true,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "compression={other:?}: use \"lz4\" (values of 64 bytes or more stored \
+                     LZ4-compressed when that saves an eighth of them) or None"
+                )))
+            }
+        };
         let durability = match durability {
             "sync" => Durability::Sync,
             "batch" => Durability::Batch {
@@ -244,6 +255,7 @@ impl KvStore {
             sqpoll,
             read_only,
             auto_compact,
+            compress,
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_background(&store);

@@ -75,12 +75,18 @@ class Xkv(Peer):
     direct_durable = False
     #: `--sqpoll`: ... through a ring with an SQPOLL poller (implies --direct)
     sqpoll_durable = False
+    #: kv.open(compression=...) (benches/kv_compression.py)
+    compression: str | None = None
 
     def open(self, path: str, durable: bool) -> None:
         direct = durable and (self.direct_durable or self.sqpoll_durable)
         sqpoll = durable and self.sqpoll_durable
         self.db = kv_open(
-            path, durability="sync" if durable else "none", direct=direct, sqpoll=sqpoll
+            path,
+            durability="sync" if durable else "none",
+            direct=direct,
+            sqpoll=sqpoll,
+            compression=self.compression,
         )
 
     def put(self, k: bytes, v: bytes) -> None:

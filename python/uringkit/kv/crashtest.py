@@ -5,7 +5,8 @@ A writer process puts with durability="sync" (or "batch"/"none": a killed proces
 loses nothing they acknowledged either — only a crash of the machine could), logging an
 intent before each operation and an acknowledgement after it returns, and is SIGKILLed
 at a random moment (some rounds during compaction: compact() is called in one round in
-three, another third compacts in the background, `auto_compact`). The store is then
+three, another third compacts in the background, `auto_compact`; every other round
+stores values LZ4-compressed, `compression="lz4"`). The store is then
 reopened and checked: every acknowledged write is there with its exact value, no
 acknowledged delete has come back, nothing with a bad CRC is served, and the one
 operation each writer had in flight at the kill either landed whole or not at all (a
@@ -48,6 +49,8 @@ durability = sys.argv[5]
 # one round in three (seed % 3 == 1) compacts in the background, at nearly every
 # sealed segment; the others only when compact() is called (or never)
 auto = 16 << 10 if seed % 3 == 1 else None
+# every other round stores values LZ4-compressed (when they compress)
+compression = "lz4" if seed % 2 == 0 else None
 def line(ops):
     return " ".join(k.hex() + ":" + ("-" if v is None else v.hex()) for k, v in ops)
 """
@@ -58,7 +61,7 @@ THREAD_WRITER = (
 rng = random.Random(seed)
 db = kv.open(
     path, durability=durability, segment_size=64 << 10, direct=direct,
-    auto_compact=auto and 0.3, auto_compact_bytes=auto or 0,
+    auto_compact=auto and 0.3, auto_compact_bytes=auto or 0, compression=compression,
 )
 i = 0
 while True:
@@ -66,7 +69,12 @@ while True:
     r = rng.random()
     if r < 0.72:
         k = b"k%d" % rng.randrange(400)
-        v = b"%d-%d-" % (seed, i) + bytes(rng.randrange(256) for _ in range(rng.randrange(300)))
+        n = rng.randrange(300)
+        if rng.random() < 0.5:
+            tail = bytes(rng.randrange(256) for _ in range(n))  # (incompressible)
+        else:
+            tail = b"%d," % rng.randrange(10) * (n // 2)  # (compressible)
+        v = b"%d-%d-" % (seed, i) + tail
         ops = [(k, v)]
     elif r < 0.75:
         # cold keys, written or deleted now and then: their values sit in old segments
@@ -128,7 +136,7 @@ async def task(db, t):
 async def main():
     async with kv.open_async(
         path, durability, segment_size=64 << 10, direct=direct,
-        auto_compact=auto and 0.3, auto_compact_bytes=auto or 0,
+        auto_compact=auto and 0.3, auto_compact_bytes=auto or 0, compression=compression,
     ) as db:
         await asyncio.gather(*(task(db, t) for t in range(8)))
 

@@ -6,7 +6,9 @@
 //!      4    2 magic    0x5856 ("XV")
 //!      6    1 version  1
 //!      7    1 type     1 PUT, 2 DELETE, 3 COMMIT
+//!      6    1 version  2: the same, with a value that may be compressed (flags bit 1)
 //!      8    1 flags    bit 0: part of a batch (visible only once its COMMIT is read)
+//!                      bit 1: the value is LZ4-compressed: u32 length, then an LZ4 block
 //!      9    3 mark_seg low 24 bits of the id of the segment `mark_off` is about (0: none)
 //!     12    4 key_len
 //!     16    8 seq      sequence number (batch members share the batch's seq)
@@ -19,6 +21,9 @@
 pub const HEADER: usize = 32;
 pub const MAGIC: u16 = 0x5856;
 pub const VERSION: u8 = 1;
+/// The version of records with a compressed value: a build that does not know
+/// compression refuses them as damaged instead of serving compressed bytes.
+pub const VERSION_LZ4: u8 = 2;
 pub const MAX_KEY: usize = 64 * 1024;
 pub const MAX_VALUE: usize = 64 * 1024 * 1024;
 
@@ -30,6 +35,40 @@ pub enum Kind {
 }
 
 pub const FLAG_BATCH: u8 = 1;
+pub const FLAG_LZ4: u8 = 2;
+
+/// Values shorter than this are stored as they are (too little to gain).
+pub const COMPRESS_MIN: usize = 64;
+
+/// `value` compressed for a record with [`FLAG_LZ4`] (its length as a u32, then an LZ4
+/// block), or None when that would not save at least an eighth of it (incompressible
+/// data is stored as it is, and read without a decompression).
+pub fn compress(value: &[u8]) -> Option<Vec<u8>> {
+    if value.len() < COMPRESS_MIN {
+        return None;
+    }
+    let c = lz4_flex::block::compress_prepend_size(value);
+    (c.len() <= value.len() - value.len() / 8).then_some(c)
+}
+
+/// The value a record with [`FLAG_LZ4`] stores as `stored` (after its CRC held: a
+/// failure here is a bug or a record written by something else, reported as such).
+pub fn decompress(stored: &[u8]) -> Result<Vec<u8>, String> {
+    let n = match stored.get(..4) {
+        Some(b) => u32::from_le_bytes(b.try_into().expect("4")) as usize,
+        None => return Err("a compressed value shorter than its length field".into()),
+    };
+    if n > MAX_VALUE {
+        return Err(format!(
+            "a compressed value says it holds {n} bytes (> 64 MiB)"
+        ));
+    }
+    match lz4_flex::block::decompress(&stored[4..], n) {
+        Ok(v) if v.len() == n => Ok(v),
+        Ok(v) => Err(format!("a compressed value of {n} bytes gave {}", v.len())),
+        Err(e) => Err(format!("a compressed value does not decompress: {e}")),
+    }
+}
 
 /// A durable mark: `(segment id) << 32 | offset` — every byte of that segment below the
 /// offset has been fdatasynced. 0: no claim. Packed so that a later mark is larger.
@@ -87,7 +126,10 @@ pub fn encode(
     let start = out.len();
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.push(VERSION);
+    out.push(match flags & FLAG_LZ4 {
+        0 => VERSION,
+        _ => VERSION_LZ4,
+    });
     out.push(kind as u8);
     out.push(flags);
     out.extend_from_slice(&[0u8; 3]);
@@ -141,7 +183,9 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Bad> {
     if u16::from_le_bytes([buf[4], buf[5]]) != MAGIC {
         return Err(Bad::Magic);
     }
-    if buf[6] != VERSION {
+    // (version 2 is version 1 with a compressed value; the flag and the version agree)
+    let lz4 = buf[8] & FLAG_LZ4 != 0;
+    if (buf[6] != VERSION && buf[6] != VERSION_LZ4) || (buf[6] == VERSION_LZ4) != lz4 {
         return Err(Bad::Version(buf[6]));
     }
     let kind = match buf[7] {
@@ -203,6 +247,46 @@ mod tests {
         encode_commit(&mut c, 9, 3, 0);
         let h = parse_header(&c).unwrap();
         assert_eq!((h.kind, h.val_len, h.total()), (Kind::Commit, 3, HEADER));
+    }
+
+    #[test]
+    fn compressed_values() {
+        let text = b"{\"user\": \"ada\", \"tags\": [\"a\", \"b\"]} ".repeat(20);
+        let c = compress(&text).expect("compressible");
+        assert!(c.len() < text.len() / 4);
+        assert_eq!(decompress(&c).unwrap(), text);
+        // short or incompressible values are stored as they are
+        assert_eq!(compress(&[7u8; COMPRESS_MIN - 1]), None);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect();
+        assert_eq!(compress(&noise), None);
+        // a record with a compressed value is version 2, and its flag and version agree
+        let mut v = Vec::new();
+        encode(&mut v, Kind::Put, FLAG_LZ4, 7, b"k", &c, 0);
+        assert_eq!(v[6], VERSION_LZ4);
+        let h = parse_header(&v).unwrap();
+        assert_eq!(
+            (h.flags & FLAG_LZ4, h.val_len as usize),
+            (FLAG_LZ4, c.len())
+        );
+        let mut bad = v.clone();
+        bad[8] &= !FLAG_LZ4; // version 2 without the flag
+        assert_eq!(parse_header(&bad).err(), Some(Bad::Version(2)));
+        let mut plain = Vec::new();
+        encode(&mut plain, Kind::Put, 0, 7, b"k", b"v", 0);
+        plain[8] |= FLAG_LZ4; // the flag in a version 1 record (a build that knew no LZ4)
+        assert_eq!(parse_header(&plain).err(), Some(Bad::Version(1)));
+        // damage that passes the CRC (not from this encoder) is an error, not a panic
+        assert!(decompress(&[1, 2]).is_err());
+        assert!(decompress(&[0xff, 0xff, 0xff, 0xff, 0]).is_err());
+        assert!(decompress(&[16, 0, 0, 0, 0xf0, 1]).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use super::append::Appender;
 use super::index::{Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
 use super::mapped;
 use super::overlay;
-use super::record::{self, Kind, FLAG_BATCH, HEADER};
+use super::record::{self, Kind, FLAG_BATCH, FLAG_LZ4, HEADER};
 use super::snapshot::{self, SnapSeg};
 use crate::sys::fork;
 use std::collections::BTreeMap;
@@ -62,6 +62,10 @@ pub struct Options {
     /// (checked each time a segment is sealed; only for stores started with
     /// [`Store::start_background`]). None: only [`Store::compact`] compacts.
     pub auto_compact: Option<AutoCompact>,
+    /// Store values LZ4-compressed when that saves at least an eighth of them (values
+    /// of 64 bytes or more; the others as they are). Reads decompress whatever a record
+    /// holds, whatever this says.
+    pub compress: bool,
 }
 
 /// When a background compaction starts (Bitcask's merge triggers): at least `ratio` of
@@ -97,6 +101,7 @@ impl Default for Options {
             sqpoll: false,
             read_only: false,
             auto_compact: Some(AutoCompact::default()),
+            compress: false,
         }
     }
 }
@@ -580,6 +585,9 @@ pub struct Store {
     last_compaction_us: AtomicU64,
     /// bytes compactions have written (their copies): the price of what they reclaimed
     compacted_bytes: AtomicU64,
+    /// values written compressed (Options::compress), and the bytes that saved
+    compressed_values: AtomicU64,
+    compression_saved: AtomicU64,
     /// A small ring for multi_get's batched reads of values not in the page cache.
     reader: Mutex<Option<io_uring::IoUring>>,
     /// Bytes of the active segment already handed to the kernel (readers of newer
@@ -1560,6 +1568,8 @@ impl Store {
             reclaimed_bytes: AtomicU64::new(0),
             last_compaction_us: AtomicU64::new(0),
             compacted_bytes: AtomicU64::new(0),
+            compressed_values: AtomicU64::new(0),
+            compression_saved: AtomicU64::new(0),
             reader: Mutex::new(None),
             recovery: rec,
             active_kind: kind,
@@ -2221,8 +2231,18 @@ impl Store {
             let at = (out.len() - start) as u64;
             match v {
                 Some(v) => {
-                    record::encode(out, Kind::Put, flags, seq, k, v, mark);
-                    updates.push((k.len() as u32, Kind::Put, v.len() as u32, at));
+                    let packed = self.opts.compress.then(|| record::compress(v)).flatten();
+                    let (stored, fl) = match &packed {
+                        Some(c) => {
+                            self.compressed_values.fetch_add(1, Ordering::Relaxed);
+                            let saved = (v.len() - c.len()) as u64;
+                            self.compression_saved.fetch_add(saved, Ordering::Relaxed);
+                            (c.as_slice(), flags | FLAG_LZ4)
+                        }
+                        None => (*v, flags),
+                    };
+                    record::encode(out, Kind::Put, fl, seq, k, stored, mark);
+                    updates.push((k.len() as u32, Kind::Put, stored.len() as u32, at));
                 }
                 None => {
                     record::encode(out, Kind::Delete, flags, seq, k, b"", mark);
@@ -3226,7 +3246,7 @@ impl Store {
         let total = HEADER + key.len() + loc.val_len as usize;
         if let Some(rec) = seg.mapped(loc.off, total) {
             Self::verify(seg, rec, loc, key)?;
-            return Ok(f(&rec[HEADER + key.len()..]));
+            return Self::with_value(rec, loc, key, f);
         }
         let mut v = vec![0u8; total];
         let n = pread_exact(seg.fd, &mut v, loc.off)?;
@@ -3241,7 +3261,28 @@ impl Store {
             ));
         }
         Self::verify(seg, &v, loc, key)?;
-        Ok(f(&v[HEADER + key.len()..]))
+        Self::with_value(&v, loc, key, f)
+    }
+
+    /// `f` of the value record `rec` (checked) holds: its bytes where they lie, or —
+    /// stored compressed — decompressed.
+    fn with_value<R>(
+        rec: &[u8],
+        loc: Loc,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        let stored = &rec[HEADER + key.len()..];
+        if rec[8] & FLAG_LZ4 == 0 {
+            return Ok(f(stored));
+        }
+        let v = record::decompress(stored).map_err(|why| {
+            err(
+                io::ErrorKind::InvalidData,
+                format!("{} offset {}: {why}", seg_name(loc.seg), loc.off),
+            )
+        })?;
+        Ok(f(&v))
     }
 
     fn verify(seg: &Segment, rec: &[u8], loc: Loc, key: &[u8]) -> io::Result<()> {
@@ -3553,8 +3594,12 @@ impl Store {
             out[*i] = Some(if done[j] {
                 let mut v = std::mem::take(&mut bufs[j]);
                 Self::verify(seg, &v, *l, key)?;
-                v.drain(..HEADER + key.len());
-                v
+                if v[8] & FLAG_LZ4 != 0 {
+                    Self::with_value(&v, *l, key, <[u8]>::to_vec)?
+                } else {
+                    v.drain(..HEADER + key.len());
+                    v
+                }
             } else {
                 // no ring here, or a short read: the plain way
                 Self::read_value(seg, *l, key)?
@@ -4254,7 +4299,7 @@ impl Store {
             for &(at, n, l) in &live {
                 let k = &keys[at..at + n];
                 let v = Self::read_value(&segs[&l.seg], l, k)?;
-                self.compact_emit(out, k, Some(&v), l.seq)?;
+                self.compact_emit(out, k, Some(&v), 0, l.seq)?; // (as read: decompressed)
             }
         }
         Ok(true)
@@ -4353,7 +4398,8 @@ impl Store {
                     let k = o + HEADER..o + HEADER + h.key_len as usize;
                     let v = k.end..k.end + h.val_len as usize;
                     let v = (h.kind == Kind::Put).then(|| &data[v]);
-                    self.compact_emit(out, &data[k], v, h.seq)?;
+                    // (copied as stored: a compressed value stays compressed)
+                    self.compact_emit(out, &data[k], v, h.flags & FLAG_LZ4, h.seq)?;
                 }
                 todo.clear();
             }
@@ -4370,11 +4416,12 @@ impl Store {
         out: &mut CompactOut,
         k: &[u8],
         v: Option<&[u8]>,
+        flags: u8,
         seq: u64,
     ) -> io::Result<()> {
         out.buf.clear();
         match v {
-            Some(v) => record::encode(&mut out.buf, Kind::Put, 0, seq, k, v, 0),
+            Some(v) => record::encode(&mut out.buf, Kind::Put, flags, seq, k, v, 0),
             None => record::encode(&mut out.buf, Kind::Delete, 0, seq, k, b"", 0),
         }
         let len = out.buf.len() as u64;
@@ -4575,6 +4622,15 @@ impl Store {
                 "compacted_bytes".into(),
                 self.compacted_bytes.load(Ordering::Relaxed),
             ),
+            // (compress=True: values written compressed since the open, bytes saved)
+            (
+                "compressed_values".into(),
+                self.compressed_values.load(Ordering::Relaxed),
+            ),
+            (
+                "compression_saved_bytes".into(),
+                self.compression_saved.load(Ordering::Relaxed),
+            ),
             (
                 "last_compaction_ms".into(),
                 self.last_compaction_us.load(Ordering::Relaxed) / 1000,
@@ -4596,6 +4652,15 @@ impl Store {
                     l.off,
                     String::from_utf8_lossy(k)
                 ));
+            } else if rec[8] & FLAG_LZ4 != 0 {
+                if let Err(why) = record::decompress(&rec[HEADER + k.len()..]) {
+                    bad.push(format!(
+                        "segment {} offset {}: key {:?}: {why}",
+                        l.seg,
+                        l.off,
+                        String::from_utf8_lossy(k)
+                    ));
+                }
             }
         }
         Ok((snap.len() as u64, bad))
