@@ -263,9 +263,11 @@ def test_a_store_outlives_its_loop(tmp_path: Path, run: Run) -> None:
 
 
 def test_two_running_loops_share_a_store(tmp_path: Path) -> None:
-    """Loops in two threads awaiting the same store at once: every write lands, each
-    loop writes through its own ring or, while the other's group is in flight, the
-    thread pool."""
+    """Loops in two threads awaiting the same store at once: every write lands and no
+    loop hangs — each queues its writes and group-commits them on its own ring, the
+    store orders the groups (one loop's group may carry the other's records: that one
+    then waits for it off its loop). Once shared state raced here and a future of one
+    loop was resolved from the other's thread: that loop never woke."""
 
     async def opener() -> kv.AsyncDB:
         return await kv.open_async(tmp_path / "db")
@@ -275,8 +277,10 @@ def test_two_running_loops_share_a_store(tmp_path: Path) -> None:
 
     def loop_thread(t: int) -> None:
         async def go() -> None:
-            for r in range(20):
+            for r in range(60):
                 await asyncio.gather(*(db.put(b"%d-%d-%d" % (t, r, i), b"v") for i in range(10)))
+                if r % 10 == 0:
+                    await db.batch([(b"%d-b%d" % (t, r), b"w")])
             await db._drain()
 
         try:
@@ -293,4 +297,4 @@ def test_two_running_loops_share_a_store(tmp_path: Path) -> None:
     assert errors == []
     asyncio.run(db.close())
     with kv.open(tmp_path / "db") as d:
-        assert len(d) == 2 * 20 * 10
+        assert len(d) == 2 * (60 * 10 + 6)

@@ -503,6 +503,21 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
+class _LoopGroup:
+    """One event loop's side of an AsyncDB: its ring (None: writes go through the thread
+    pool), the futures of the writes it queued since its last group went out, the task
+    writing its groups, and the newest ticket it queued. Only that loop's thread touches
+    it."""
+
+    __slots__ = ("flusher", "last", "ring", "waiters")
+
+    def __init__(self, ring: Any) -> None:
+        self.ring = ring
+        self.waiters: list[asyncio.Future[None]] = []
+        self.flusher: asyncio.Task[None] | None = None
+        self.last = 0
+
+
 class AsyncDB:
     """The store for asyncio. With durability="sync" and io_uring available, durable
     writes are group-committed on the event loop's own ring (the one `uringkit.aio` uses):
@@ -514,60 +529,63 @@ class AsyncDB:
     Cancelling a task awaiting `put` does not unqueue the record: it may still be
     written (as with a thread interrupted after calling `DB.put`).
 
-    The store is not tied to the loop it was opened on: awaited from another loop (one
-    `asyncio.run()` per test or per request, the first loop closed or not), it moves to
-    that loop's ring once the groups it had in flight on the other are done. Used from
-    two running loops at once (threads), one of them writes through the thread pool
-    until the other's group is done.
+    The store is not tied to the loop it was opened on: each event loop that awaits it
+    (one `asyncio.run()` per test or per request, or loops in several threads at once)
+    queues its writes and group-commits them on its own ring; the store orders the
+    groups of every loop and thread.
     """
 
     def __init__(self, db: DB, durability: str) -> None:
         self.db = db
         self._sync = durability == "sync"
-        self._ring: Any = None
-        # futures of writes queued since the last group went out
-        self._waiters: list[asyncio.Future[None]] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self._last = 0  # ticket of the newest queued write
-        self._ring_now()
+        self._groups: dict[asyncio.AbstractEventLoop, _LoopGroup] = {}
+        # the last (loop, group) asked for: the hot path's one comparison
+        self._cur: tuple[Any, Any] = (None, None)
+        self._group()
 
-    def _ring_now(self) -> Any:
-        """The ring that writes durable groups for the running loop, or None: write
-        through the thread pool (not durability="sync", no io_uring, or another running
-        loop has a group in flight)."""
-        ring = self._ring
+    def _group(self) -> _LoopGroup:
+        """The running loop's side of the store (made on its first use)."""
         loop = asyncio.get_running_loop()
-        if ring is not None and ring.loop is loop:
-            return ring
-        if not self._sync:
-            return None
-        if ring is not None and not ring.loop.is_closed():
-            busy = self._flusher is not None and not self._flusher.done()
-            if busy or self._waiters:
-                return None  # (the other loop's flusher settles its waiters)
-        from ..aio._backend import RingBackend, get_backend
+        cur = self._cur
+        if cur[0] is loop:
+            return cur[1]  # type: ignore[no-any-return]
+        g = self._groups.get(loop)
+        if g is None:
+            ring = None
+            if self._sync:
+                from ..aio._backend import RingBackend, get_backend
 
-        b = get_backend()
-        self._ring = b if isinstance(b, RingBackend) else None
-        # (a closed loop's unfinished flusher and waiters are gone with it)
-        self._waiters, self._flusher = [], None
-        return self._ring
+                b = get_backend()
+                ring = b if isinstance(b, RingBackend) else None
+            g = _LoopGroup(ring)
+            for old in list(self._groups):
+                if old.is_closed():  # (its futures and flusher went with it)
+                    self._groups.pop(old, None)
+            self._groups[loop] = g
+        self._cur = (loop, g)
+        return g
+
+    @property
+    def _ring(self) -> Any:
+        """The running loop's ring for durable groups (None: the thread pool)."""
+        return self._group().ring
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
 
     async def _write(self, ops: list[tuple[bytes, bytes | None]], atomic: bool) -> None:
-        ring = self._ring_now()
+        g = self._group()
+        ring = g.ring
         if ring is None:
             # a buffered store takes the write inline when it cannot block
             if not self.db._s.write_nowait(ops, atomic):
                 await self._run(self.db._s.batch if atomic else self._write_each, ops)
             return
-        self._last = self.db._s.enqueue(ops, atomic)
+        g.last = self.db._s.enqueue(ops, atomic)
         fut: asyncio.Future[None] = ring.loop.create_future()
-        self._waiters.append(fut)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = ring.loop.create_task(self._flush())
+        g.waiters.append(fut)
+        if g.flusher is None or g.flusher.done():
+            g.flusher = ring.loop.create_task(self._flush(g))
         await fut
 
     def _write_each(self, ops: list[tuple[bytes, bytes | None]]) -> None:
@@ -577,12 +595,13 @@ class AsyncDB:
             else:
                 self.db._s.put(k, v)
 
-    async def _flush(self) -> None:
-        """Write queued groups until none is left, one write+fdatasync at a time."""
-        s, ring = self.db._s, self._ring
-        while self._waiters:
-            waiters, self._waiters = self._waiters, []
-            last = self._last
+    async def _flush(self, g: _LoopGroup) -> None:
+        """Write this loop's queued groups until none is left, one write+fdatasync at a
+        time (a group another loop or a thread leads meanwhile is waited for)."""
+        s, ring = self.db._s, g.ring
+        while g.waiters:
+            waiters, g.waiters = g.waiters, []
+            last = g.last
             err: BaseException | None = None
             try:
                 lead = s.lead_async()
@@ -615,18 +634,19 @@ class AsyncDB:
     async def put(self, key: bytes, value: Buffer) -> None:
         if type(value) is not bytes:
             value = _value(value)
-        ring = self._ring_now()
+        g = self._group()
+        ring = g.ring
         if ring is None:
             if not self.db._s.write_nowait([(key, value)]):
                 await self._run(self.db._s.put, key, value)
             return
         # the hot path: the native side checks key and value
-        self._last = self.db._s.enqueue_put(key, value)
+        g.last = self.db._s.enqueue_put(key, value)
         fut: asyncio.Future[None] = ring.loop.create_future()
-        self._waiters.append(fut)
-        f = self._flusher
+        g.waiters.append(fut)
+        f = g.flusher
         if f is None or f.done():
-            self._flusher = ring.loop.create_task(self._flush())
+            g.flusher = ring.loop.create_task(self._flush(g))
         await fut
 
     async def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
@@ -672,15 +692,15 @@ class AsyncDB:
         return await self._run(self.db.refresh)  # type: ignore[no-any-return]
 
     async def _drain(self) -> None:
-        f = self._flusher
-        while f is not None and not f.done():
-            if f.get_loop() is not asyncio.get_running_loop():
-                # (another loop's group: wait for the newest write off this loop)
-                if not f.get_loop().is_closed():
-                    await self._run(self.db._s.wait_ticket, self._last)
-                return
-            await asyncio.shield(f)
-            f = self._flusher
+        """Wait until the writes every loop has queued are written."""
+        here = asyncio.get_running_loop()
+        for loop, g in list(self._groups.items()):
+            if loop is here:
+                while g.flusher is not None and not g.flusher.done():
+                    await asyncio.shield(g.flusher)
+            elif not loop.is_closed() and g.flusher is not None and not g.flusher.done():
+                # (another running loop's: its newest write, waited for off this loop)
+                await self._run(self.db._s.wait_ticket, g.last)
 
     def __len__(self) -> int:
         return len(self.db)

@@ -18,7 +18,11 @@
 //! this every child kept the parent's store locked for as long as it lived — the parent
 //! could not close and open its own store again while a `multiprocessing` worker ran.
 //! The child's descriptor is pointed at `/dev/null` instead (`dup3`, async-signal-safe),
-//! so its number stays valid for whoever closes it later.
+//! so its number stays valid for whoever closes it later. And `fork()` returns in the
+//! parent only once the child has done so (a pipe made by the prepare handler, written by
+//! the child's, waited for by the parent's, at most [`CHILD_WAIT_MS`]): a parent that
+//! closes and reopens its store right after forking never finds it held by a child that
+//! has not run yet. Forks made while no lock is held wait for nothing.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Once;
@@ -33,8 +37,76 @@ const LOCKS: usize = 128;
 const FREE: AtomicI32 = AtomicI32::new(-1);
 static HELD: [AtomicI32; LOCKS] = [FREE; LOCKS];
 
+/// The pipe of the fork under way (read end, write end; -1: none).
+static SYNC_R: AtomicI32 = AtomicI32::new(-1);
+static SYNC_W: AtomicI32 = AtomicI32::new(-1);
+
+/// How long a parent waits for its child to let go of the locks (a child that never
+/// runs its fork handler — it cannot — or a machine overloaded beyond that).
+pub const CHILD_WAIT_MS: i32 = 2000;
+
+extern "C" fn before_fork() {
+    if !HELD.iter().any(|s| s.load(Ordering::Relaxed) >= 0) {
+        return;
+    }
+    if SYNC_R.load(Ordering::Acquire) >= 0 {
+        return; // (another thread's fork is under way: this one waits for nothing)
+    }
+    let mut p = [-1i32; 2];
+    // SAFETY: pipe2 fills the two-int array we own.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    SYNC_W.store(p[1], Ordering::Release);
+    SYNC_R.store(p[0], Ordering::Release);
+}
+
+extern "C" fn after_fork_in_parent() {
+    let (r, w) = (
+        SYNC_R.swap(-1, Ordering::AcqRel),
+        SYNC_W.swap(-1, Ordering::AcqRel),
+    );
+    if w >= 0 {
+        // (the child has its own copy: the read below ends with its byte, or at EOF once
+        // it closed it — or at once if the fork failed and there is no child)
+        // SAFETY: ours, from before_fork.
+        unsafe { libc::close(w) };
+    }
+    if r >= 0 {
+        let mut pfd = libc::pollfd {
+            fd: r,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd we own; r is ours, closed right after.
+        unsafe {
+            libc::poll(&mut pfd, 1, CHILD_WAIT_MS);
+            libc::close(r);
+        }
+    }
+}
+
 extern "C" fn in_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
+    let (r, w) = (
+        SYNC_R.swap(-1, Ordering::AcqRel),
+        SYNC_W.swap(-1, Ordering::AcqRel),
+    );
+    release_held();
+    // SAFETY: the pipe's ends are this process's copies; one byte from our stack.
+    unsafe {
+        if r >= 0 {
+            libc::close(r);
+        }
+        if w >= 0 {
+            libc::write(w, b"x".as_ptr().cast(), 1);
+            libc::close(w);
+        }
+    }
+}
+
+/// In a child: point every held lock's descriptor at /dev/null.
+fn release_held() {
     // (only async-signal-safe calls here: open, dup3, close)
     let mut null = -1;
     for slot in &HELD {
@@ -62,9 +134,16 @@ extern "C" fn in_child() {
 
 fn register() {
     HANDLER.call_once(|| {
-        // SAFETY: `in_child` is a plain `extern "C" fn` that lives as long as the process
-        // (this library is never unloaded: Python does not unload extension modules).
-        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+        // SAFETY: the three handlers are plain `extern "C" fn`s that live as long as the
+        // process (this library is never unloaded: Python does not unload extension
+        // modules); they touch only atomics and their own descriptors.
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_in_parent),
+                Some(in_child),
+            )
+        };
     });
 }
 
@@ -136,11 +215,10 @@ mod tests {
                 assert!(hold_lock(fd));
             }
             let born = generation();
-            // (p: the parent says "go"; q: the child says it runs — its fork handlers
-            // ran before that)
-            let (mut p, mut q) = ([0i32; 2], [0i32; 2]);
+            // (p: the parent says "go". Nothing says the child runs: fork() returns in
+            // the parent once the child's handler let the lock go)
+            let mut p = [0i32; 2];
             assert_eq!(libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC), 0);
-            assert_eq!(libc::pipe2(q.as_mut_ptr(), libc::O_CLOEXEC), 0);
             let mut b = 0u8;
             let pid = libc::fork();
             assert!(pid >= 0);
@@ -149,14 +227,10 @@ mod tests {
                 let code = (generation() != born) as i32
                     | ((libc::fcntl(fd, libc::F_GETFD) == libc::FD_CLOEXEC) as i32) << 1;
                 libc::close(p[1]);
-                libc::write(q[1], (&b as *const u8).cast(), 1);
                 libc::read(p[0], (&mut b as *mut u8).cast(), 1); // (until the parent says)
                 libc::_exit(code);
             }
             libc::close(p[0]);
-            libc::close(q[1]);
-            assert_eq!(libc::read(q[0], (&mut b as *mut u8).cast(), 1), 1);
-            libc::close(q[0]);
             if hold {
                 release_lock(fd);
             }
