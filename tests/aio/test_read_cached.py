@@ -124,7 +124,7 @@ def test_helper_is_respawned_after_fork(tmp_path: Path) -> None:
     its parent did gets a helper of its own (and never waits on the parent's)."""
     p, want = _file(tmp_path)
     code = f"""
-import os, sys
+import os, sys, time
 from uringkit._native import read_cached_many
 fd = os.open({str(p)!r}, os.O_RDONLY)
 os.pread(fd, 1 << 20, 0)
@@ -135,9 +135,15 @@ if pid == 0:
     for _ in range(50):
         again, _ = read_cached_many(fd, ranges)
         assert again == first
-    tasks = os.listdir("/proc/self/task")
-    comms = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in tasks]
-    ok = ("uringkit-read" in comms) is (len(os.sched_getaffinity(0)) >= 2)
+    want = len(os.sched_getaffinity(0)) >= 2
+    # (a new thread names itself once it runs: until then its comm is the process's)
+    for _ in range(200):
+        tasks = os.listdir("/proc/self/task")
+        comms = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in tasks]
+        if ("uringkit-read" in comms) is want:
+            break
+        time.sleep(0.01)
+    ok = ("uringkit-read" in comms) is want
     if not ok:  # (say what was seen: this failed once in a loaded full run)
         print("threads", comms, "cpus", len(os.sched_getaffinity(0)), file=sys.stderr)
     os._exit(0 if ok else 3)
