@@ -180,8 +180,9 @@ pub fn release_lock(fd: i32) {
 /// a second open of a store this process has open for writing.
 pub fn held_here(fd: i32) -> bool {
     let id = |fd: i32| {
-        // SAFETY: fstat fills the stat struct we own; a bad fd only makes it fail.
+        // SAFETY: libc::stat is plain old data, valid all zero.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat fills the stat struct we own; a bad fd only makes it fail.
         (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
     };
     let Some(me) = id(fd) else {
