@@ -7,6 +7,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 
 def make_file(directory: str, size: int, prefix: str = "uringkit-bench-") -> str:
@@ -54,3 +56,32 @@ def round_line(r: int, cells: list[str], ratio: float | None = None, tail: str =
     if ratio is not None:
         cells = [*cells, f"{ratio:.2f}×"]
     return f"round {r + 1}: " + " | ".join(cells) + tail
+
+
+Row = dict[str, dict[str, Any]]
+
+
+def alternating_rounds(
+    rounds: int,
+    names: list[str],
+    run: Callable[[str], dict[str, Any]],
+    line: Callable[[str, dict[str, Any]], str],
+    summary: Callable[[Row], tuple[list[str], float | None, str]],
+    quiet: bool,
+) -> list[Row]:
+    """Run every store once per round — in turn, and in reverse order every other round,
+    so that a slow stretch of the machine lands on all of them — and return the rows
+    ({store: its results} per round). Unless `quiet`: each store's `line` on stderr as
+    it finishes, then the round's line (`summary`: its cells, ratio and tail)."""
+    rows: list[Row] = []
+    for r in range(rounds):
+        row: Row = {}
+        for name in names if r % 2 == 0 else names[::-1]:
+            row[name] = run(name)
+            if not quiet:
+                print(f"  {name:8} {line(name, row[name])}", file=sys.stderr)
+        rows.append(row)
+        if not quiet:
+            cells, ratio, tail = summary(row)
+            print(round_line(r, cells, ratio, tail), flush=True)
+    return rows

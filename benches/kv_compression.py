@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from _common import emit_json, kv_parser, round_line
+from _common import Row, alternating_rounds, emit_json, kv_parser
 
 WORDS = [
     "alpha",
@@ -121,24 +121,25 @@ def main() -> int:
     mean = sum(map(len, values)) / len(values)
     if not a.json:
         print(f"{a.keys:,} JSON values of {mean:.0f} bytes on average", file=sys.stderr)
-    results: list[dict[str, Any]] = []
-    for r in range(a.rounds):
-        row: dict[str, dict[str, float]] = {}
-        for name, peer in stores if r % 2 == 0 else stores[::-1]:
-            res = run_store(peer, os.path.join(a.dir, f"uringkit-compr-{name}"), keys, values)
-            row[name] = res
-            if not a.json:
-                print(
-                    f"  {name:8} {res['puts_per_s']:>10,.0f} puts/s {res['gets_per_s']:>10,.0f}"
-                    f" gets/s  disk / data {res['space']:.3f}",
-                    file=sys.stderr,
-                )
-        results.append(row)
-        if not a.json:
-            peers_space = [v["space"] for k, v in row.items() if not k.startswith("xkv")]
-            ratio = min(peers_space) / row["xkv-lz4"]["space"] if peers_space else None
-            cells = [f"{k} {v['space']:.3f}" for k, v in row.items()]
-            print(round_line(r, cells, ratio, " (disk / data; ratio: best peer / xkv-lz4)"))
+    by_name = dict(stores)
+
+    def run(name: str) -> dict[str, Any]:
+        path = os.path.join(a.dir, f"uringkit-compr-{name}")
+        return run_store(by_name[name], path, keys, values)
+
+    def line(name: str, res: dict[str, Any]) -> str:
+        return (
+            f"{res['puts_per_s']:>10,.0f} puts/s {res['gets_per_s']:>10,.0f} gets/s  "
+            f"disk / data {res['space']:.3f}"
+        )
+
+    def summary(row: Row) -> tuple[list[str], float | None, str]:
+        peers_space = [v["space"] for k, v in row.items() if not k.startswith("xkv")]
+        ratio = min(peers_space) / row["xkv-lz4"]["space"] if peers_space else None
+        cells = [f"{k} {v['space']:.3f}" for k, v in row.items()]
+        return cells, ratio, " (disk / data; ratio: best peer / xkv-lz4)"
+
+    results = alternating_rounds(a.rounds, list(by_name), run, line, summary, a.json)
     if a.json:
         emit_json({"keys": a.keys, "mean_value": mean, "rounds": results})
     return 0

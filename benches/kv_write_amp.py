@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from _common import emit_json, kv_parser, round_line
+from _common import Row, alternating_rounds, emit_json, kv_parser
 
 
 def io_written() -> int:
@@ -101,37 +101,36 @@ def main() -> int:
     names = [p.name for p in peers() if p.name in a.stores.split(",")]
     ctx = mp.get_context("spawn")  # (a fresh process: its /proc/self/io is its own)
     params = {"keys": a.keys, "hot": a.hot, "overwrites": a.overwrites}
-    results: list[dict[str, Any]] = []
-    for r in range(a.rounds):
-        row: dict[str, dict[str, Any]] = {}
-        for name in names if r % 2 == 0 else names[::-1]:
-            path = os.path.join(a.dir, f"uringkit-wamp-{name}")
-            shutil.rmtree(path, ignore_errors=True)
-            q = ctx.Queue()
-            proc = ctx.Process(target=run_peer, args=(name, path, params, q))
-            proc.start()
-            res = q.get()
-            proc.join()
-            shutil.rmtree(path, ignore_errors=True)
-            row[name] = res
-            if not a.json:
-                extra = ""
-                if name == "xkv":
-                    extra = (
-                        f", {res['compactions']} compactions copied "
-                        f"{res['compacted_bytes'] / 1e6:.1f} MB"
-                    )
-                print(
-                    f"  {name:8} write amp {res['write_amp']:5.2f}  space amp "
-                    f"{res['space_amp']:4.2f}  {res['puts_per_s']:>10,.0f} puts/s{extra}",
-                    file=sys.stderr,
-                )
-        results.append(row)
-        if not a.json:
-            others = [v["write_amp"] for k, v in row.items() if k != "xkv"]
-            ratio = min(others) / row["xkv"]["write_amp"] if others else None
-            cells = [f"{k} {v['write_amp']:.2f}" for k, v in row.items()]
-            print(round_line(r, cells, ratio, " (write amplification; ratio: best peer / xkv)"))
+
+    def run(name: str) -> dict[str, Any]:
+        path = os.path.join(a.dir, f"uringkit-wamp-{name}")
+        shutil.rmtree(path, ignore_errors=True)
+        q = ctx.Queue()
+        proc = ctx.Process(target=run_peer, args=(name, path, params, q))
+        proc.start()
+        res: dict[str, Any] = q.get()
+        proc.join()
+        shutil.rmtree(path, ignore_errors=True)
+        return res
+
+    def line(name: str, res: dict[str, Any]) -> str:
+        extra = ""
+        if name == "xkv":
+            extra = (
+                f", {res['compactions']} compactions copied {res['compacted_bytes'] / 1e6:.1f} MB"
+            )
+        return (
+            f"write amp {res['write_amp']:5.2f}  space amp {res['space_amp']:4.2f}  "
+            f"{res['puts_per_s']:>10,.0f} puts/s{extra}"
+        )
+
+    def summary(row: Row) -> tuple[list[str], float | None, str]:
+        others = [v["write_amp"] for k, v in row.items() if k != "xkv"]
+        ratio = min(others) / row["xkv"]["write_amp"] if others else None
+        cells = [f"{k} {v['write_amp']:.2f}" for k, v in row.items()]
+        return cells, ratio, " (write amplification; ratio: best peer / xkv)"
+
+    results = alternating_rounds(a.rounds, names, run, line, summary, a.json)
     if a.json:
         emit_json({"params": params, "rounds": results})
     return 0

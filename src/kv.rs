@@ -425,28 +425,6 @@ impl KvStore {
         PyList::new(py, ks.iter().map(|k| PyBytes::new(py, k)))
     }
 
-    /// The keys starting with `prefix` in [start, stop), in key order (reversed with
-    /// `reverse`): a snapshot, filtered and sorted natively.
-    #[pyo3(signature = (prefix=None, start=None, stop=None, reverse=false))]
-    fn keys_range<'py>(
-        &self,
-        py: Python<'py>,
-        prefix: Option<Vec<u8>>,
-        start: Option<Vec<u8>>,
-        stop: Option<Vec<u8>>,
-        reverse: bool,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let s = self.store()?;
-        let pre = prefix.unwrap_or_default();
-        let mut ks = py
-            .detach(|| s.keys_between(&pre, start.as_deref(), stop.as_deref()))
-            .map_err(kv_err)?;
-        if reverse {
-            ks.reverse();
-        }
-        PyList::new(py, ks.iter().map(|k| PyBytes::new(py, k)))
-    }
-
     /// A scan's snapshot: the keys starting with `prefix` in [start, stop), in key order
     /// (reversed with `reverse`), with where their records are — read later, a chunk at
     /// a time, as they were now ([`KvScan`]).

@@ -786,13 +786,6 @@ class KvStore:
     def contains(self, key: bytes) -> bool: ...
     def __len__(self) -> int: ...
     def keys(self) -> list[bytes]: ...
-    def keys_range(
-        self,
-        prefix: bytes | None = None,
-        start: bytes | None = None,
-        stop: bytes | None = None,
-        reverse: bool = False,
-    ) -> list[bytes]: ...
     def scan(
         self,
         prefix: bytes | None = None,

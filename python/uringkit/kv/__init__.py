@@ -215,7 +215,7 @@ class DB:
         DeleteRange; give at least one bound) in one atomic batch; returns how many.
         A key put by another thread after the keys were listed is not deleted."""
         _need_bound(prefix, start, stop)
-        keys = self._s.keys_range(prefix, start, stop, False)
+        keys = self._s.scan(prefix, start, stop).keys()
         if keys:
             self._s.batch([(k, None) for k in keys])
         return len(keys)
@@ -722,7 +722,8 @@ class AsyncDB:
         """`DB.delete_range` for asyncio: the deletes go out as one atomic batch (with
         durability="sync", through the loop's ring like any batch)."""
         _need_bound(prefix, start, stop)
-        keys: list[bytes] = await self._run(self.db._s.keys_range, prefix, start, stop, False)
+        scan = await self._run(self.db._s.scan, prefix, start, stop)
+        keys: list[bytes] = scan.keys()
         if keys:
             await self.batch([(k, None) for k in keys])
         return len(keys)

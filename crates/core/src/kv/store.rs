@@ -3657,29 +3657,6 @@ impl Store {
         Ok(st.index.iter().map(|(k, _)| k.to_vec()).collect())
     }
 
-    /// A snapshot of the keys that start with `prefix` and lie in [start, stop), in key
-    /// order (bytewise). The index is a hash table: this filters every key, then sorts
-    /// the matches (O(n + m log m)).
-    pub fn keys_between(
-        &self,
-        prefix: &[u8],
-        start: Option<&[u8]>,
-        stop: Option<&[u8]>,
-    ) -> io::Result<Vec<Vec<u8>>> {
-        self.index_trusted()?;
-        let mut ks: Vec<Vec<u8>> = {
-            let st = self.state.read().expect("state");
-            st.index
-                .iter()
-                .map(|(k, _)| k)
-                .filter(|k| in_range(k, prefix, start, stop))
-                .map(|k| k.to_vec())
-                .collect()
-        };
-        ks.sort_unstable();
-        Ok(ks)
-    }
-
     /// The keys starting with `prefix` in [start, stop), sorted, with where their records
     /// are and the segments holding them: a snapshot whose values
     /// [`Store::read_listed`] reads later as they were now.
