@@ -67,6 +67,7 @@ def main() -> int:
         "in_flight_at_kill": sum(r.in_flight for r in rounds),
         "in_flight_landed": sum(r.landed for r in rounds),
         "reopened_from_overlay": sum(r.from_overlay for r in rounds),
+        "rounds_with_a_dictionary": sum(r.dictionary for r in rounds),
         "keys_checked_last_round": rounds[-1].checked_keys if rounds else 0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -77,8 +78,9 @@ def main() -> int:
             f"{summary['rounds']} rounds ({a.mode}), {summary['acknowledged_ops']} acknowledged "
             f"operations checked, {summary['in_flight_at_kill']} caught in flight "
             f"({summary['in_flight_landed']} landed whole, the rest not at all), "
-            f"{summary['reopened_from_overlay']} reopens from the live overlay: no promise "
-            f"broken ({summary['seconds']} s)"
+            f"{summary['reopened_from_overlay']} reopens from the live overlay, "
+            f"{summary['rounds_with_a_dictionary']} rounds with a zstd dictionary in the "
+            f"store: no promise broken ({summary['seconds']} s)"
         )
     return 0
 

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
-use uringkit_core::kv::{AutoCompact, Durability, Listed, Options, Refresh, Store};
+use uringkit_core::kv::{AutoCompact, Compression, Durability, Listed, Options, Refresh, Store};
 
 /// The store's error as Python's: an OS error (errno kept through any rewording) is
 /// `OSError(errno, message)` — its subclass by errno — even an EINVAL; the store's own
@@ -197,13 +197,14 @@ impl KvStore {
         auto_compact_bytes: u64,
         compression: Option<&str>,
     ) -> PyResult<Self> {
-        let compress = match compression {
-            None => false,
-            Some("lz4") => true,
+        let compression = match compression {
+            None => Compression::None,
+            Some("lz4") => Compression::Lz4,
+            Some("zstd") => Compression::Zstd,
             Some(other) => {
                 return Err(PyValueError::new_err(format!(
-                    "compression={other:?}: use \"lz4\" (values of 64 bytes or more stored \
-                     LZ4-compressed when that saves an eighth of them) or None"
+                    "compression={other:?}: use \"zstd\" (with a dictionary trained on the \
+                     store's first values: the smallest), \"lz4\" (the fastest) or None"
                 )))
             }
         };
@@ -255,7 +256,7 @@ impl KvStore {
             sqpoll,
             read_only,
             auto_compact,
-            compress,
+            compression,
         };
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_background(&store);
@@ -458,7 +459,7 @@ impl KvStore {
         let snap = s.snapshot().map_err(kv_err)?;
         let mut out = Vec::with_capacity(snap.len());
         for (k, l, seg) in &snap {
-            let v = Store::read_at(seg, *l, k).map_err(kv_err)?;
+            let v = s.read_at(seg, *l, k).map_err(kv_err)?;
             out.push((PyBytes::new(py, k), PyBytes::new(py, &v)));
         }
         PyList::new(py, out)

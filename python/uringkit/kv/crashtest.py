@@ -5,8 +5,10 @@ A writer process puts with durability="sync" (or "batch"/"none": a killed proces
 loses nothing they acknowledged either — only a crash of the machine could), logging an
 intent before each operation and an acknowledgement after it returns, and is SIGKILLed
 at a random moment (some rounds during compaction: compact() is called in one round in
-three, another third compacts in the background, `auto_compact`; every other round
-stores values LZ4-compressed, `compression="lz4"`). The store is then
+three, another third compacts in the background, `auto_compact`; one round in four
+stores values LZ4-compressed, `compression="lz4"`, another zstd-compressed,
+`compression="zstd"`, which trains the store's dictionary the first time it sees 1,000
+values, then uses it in every zstd round after). The store is then
 reopened and checked: every acknowledged write is there with its exact value, no
 acknowledged delete has come back, nothing with a bad CRC is served, and the one
 operation each writer had in flight at the kill either landed whole or not at all (a
@@ -49,8 +51,9 @@ durability = sys.argv[5]
 # one round in three (seed % 3 == 1) compacts in the background, at nearly every
 # sealed segment; the others only when compact() is called (or never)
 auto = 16 << 10 if seed % 3 == 1 else None
-# every other round stores values LZ4-compressed (when they compress)
-compression = "lz4" if seed % 2 == 0 else None
+# one round in four stores values LZ4-compressed (when they compress), another
+# zstd-compressed (the store's dictionary trained in one of them, used after that)
+compression = (None, "lz4", None, "zstd")[seed % 4]
 def line(ops):
     return " ".join(k.hex() + ":" + ("-" if v is None else v.hex()) for k, v in ops)
 """
@@ -161,6 +164,9 @@ class Round:
     #: the reopen took the killed writer's live overlay (OVERLAY) back instead of
     #: replaying the log since INDEX (a writer killed mid-update replays)
     from_overlay: bool = False
+    #: the store had a zstd dictionary (DICT-*) when this round's writer was killed:
+    #: zstd rounds from then on compress with it
+    dictionary: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -220,6 +226,7 @@ def check(path: Path, model: Model, pending: dict[str, Ops], rnd: Round) -> Mode
         warnings.simplefilter("always", RuntimeWarning)
         db = kv_open(path)
     rnd.notes.extend(str(w.message) for w in seen)
+    rnd.dictionary = any(path.glob("DICT-*"))
     with db:
         rnd.from_overlay = bool(db.recovery["from_overlay"])
         for task, ops in pending.items():

@@ -1,6 +1,7 @@
 //! xkv: a crash-safe append-only KV store (MISSION.md §4, seed 003), Bitcask's design.
 
 pub mod append;
+pub mod dict;
 pub mod index;
 pub mod mapped;
 pub mod overlay;
@@ -9,4 +10,6 @@ pub mod snapshot;
 pub mod store;
 pub mod table;
 
-pub use store::{AutoCompact, Durability, Listed, Options, Recovery, Refresh, Refreshed, Store};
+pub use store::{
+    AutoCompact, Compression, Durability, Listed, Options, Recovery, Refresh, Refreshed, Store,
+};

@@ -6,9 +6,10 @@
 //!      4    2 magic    0x5856 ("XV")
 //!      6    1 version  1
 //!      7    1 type     1 PUT, 2 DELETE, 3 COMMIT
-//!      6    1 version  2: the same, with a value that may be compressed (flags bit 1)
+//!      6    1 version  2: the same, with a compressed value (flags bit 1 or 2)
 //!      8    1 flags    bit 0: part of a batch (visible only once its COMMIT is read)
 //!                      bit 1: the value is LZ4-compressed: u32 length, then an LZ4 block
+//!                      bit 2: the value is a zstd frame (naming its dictionary, if any)
 //!      9    3 mark_seg low 24 bits of the id of the segment `mark_off` is about (0: none)
 //!     12    4 key_len
 //!     16    8 seq      sequence number (batch members share the batch's seq)
@@ -23,7 +24,7 @@ pub const MAGIC: u16 = 0x5856;
 pub const VERSION: u8 = 1;
 /// The version of records with a compressed value: a build that does not know
 /// compression refuses them as damaged instead of serving compressed bytes.
-pub const VERSION_LZ4: u8 = 2;
+pub const VERSION_COMPRESSED: u8 = 2;
 pub const MAX_KEY: usize = 64 * 1024;
 pub const MAX_VALUE: usize = 64 * 1024 * 1024;
 
@@ -36,6 +37,9 @@ pub enum Kind {
 
 pub const FLAG_BATCH: u8 = 1;
 pub const FLAG_LZ4: u8 = 2;
+pub const FLAG_ZSTD: u8 = 4;
+/// Either compression flag (never both).
+pub const FLAG_COMPRESSED: u8 = FLAG_LZ4 | FLAG_ZSTD;
 
 /// Values shorter than this are stored as they are (too little to gain).
 pub const COMPRESS_MIN: usize = 64;
@@ -126,9 +130,9 @@ pub fn encode(
     let start = out.len();
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.push(match flags & FLAG_LZ4 {
+    out.push(match flags & FLAG_COMPRESSED {
         0 => VERSION,
-        _ => VERSION_LZ4,
+        _ => VERSION_COMPRESSED,
     });
     out.push(kind as u8);
     out.push(flags);
@@ -183,9 +187,13 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Bad> {
     if u16::from_le_bytes([buf[4], buf[5]]) != MAGIC {
         return Err(Bad::Magic);
     }
-    // (version 2 is version 1 with a compressed value; the flag and the version agree)
-    let lz4 = buf[8] & FLAG_LZ4 != 0;
-    if (buf[6] != VERSION && buf[6] != VERSION_LZ4) || (buf[6] == VERSION_LZ4) != lz4 {
+    // (version 2 is version 1 with a compressed value; the flags and the version agree,
+    // and one compression flag at most is set)
+    let packed = buf[8] & FLAG_COMPRESSED;
+    if (buf[6] != VERSION && buf[6] != VERSION_COMPRESSED)
+        || (buf[6] == VERSION_COMPRESSED) != (packed != 0)
+        || packed == FLAG_COMPRESSED
+    {
         return Err(Bad::Version(buf[6]));
     }
     let kind = match buf[7] {
@@ -270,7 +278,7 @@ mod tests {
         // a record with a compressed value is version 2, and its flag and version agree
         let mut v = Vec::new();
         encode(&mut v, Kind::Put, FLAG_LZ4, 7, b"k", &c, 0);
-        assert_eq!(v[6], VERSION_LZ4);
+        assert_eq!(v[6], VERSION_COMPRESSED);
         let h = parse_header(&v).unwrap();
         assert_eq!(
             (h.flags & FLAG_LZ4, h.val_len as usize),
@@ -283,6 +291,14 @@ mod tests {
         encode(&mut plain, Kind::Put, 0, 7, b"k", b"v", 0);
         plain[8] |= FLAG_LZ4; // the flag in a version 1 record (a build that knew no LZ4)
         assert_eq!(parse_header(&plain).err(), Some(Bad::Version(1)));
+        let mut z = Vec::new();
+        encode(&mut z, Kind::Put, FLAG_ZSTD, 7, b"k", b"frame", 0);
+        assert_eq!(
+            (z[6], parse_header(&z).unwrap().flags),
+            (VERSION_COMPRESSED, FLAG_ZSTD)
+        );
+        z[8] |= FLAG_LZ4; // both: not something an encoder writes
+        assert_eq!(parse_header(&z).err(), Some(Bad::Version(2)));
         // damage that passes the CRC (not from this encoder) is an error, not a panic
         assert!(decompress(&[1, 2]).is_err());
         assert!(decompress(&[0xff, 0xff, 0xff, 0xff, 0]).is_err());

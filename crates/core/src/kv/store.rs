@@ -2,10 +2,11 @@
 //! design), crash-safe recovery, group commit, hint files and online compaction.
 
 use super::append::Appender;
+use super::dict::Zstd;
 use super::index::{Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
 use super::mapped;
 use super::overlay;
-use super::record::{self, Kind, FLAG_BATCH, FLAG_LZ4, HEADER};
+use super::record::{self, Kind, FLAG_BATCH, FLAG_COMPRESSED, FLAG_LZ4, FLAG_ZSTD, HEADER};
 use super::snapshot::{self, SnapSeg};
 use crate::sys::fork;
 use std::collections::BTreeMap;
@@ -62,10 +63,21 @@ pub struct Options {
     /// (checked each time a segment is sealed; only for stores started with
     /// [`Store::start_background`]). None: only [`Store::compact`] compacts.
     pub auto_compact: Option<AutoCompact>,
-    /// Store values LZ4-compressed when that saves at least an eighth of them (values
-    /// of 64 bytes or more; the others as they are). Reads decompress whatever a record
-    /// holds, whatever this says.
-    pub compress: bool,
+    /// How values are compressed (values of 64 bytes or more, when that saves at least
+    /// an eighth of them; the others are stored as they are). Reads decompress whatever
+    /// a record holds, whatever this says.
+    pub compression: Compression,
+}
+
+/// [`Options::compression`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    /// each value on its own, LZ4 (fast; little gain on small values)
+    Lz4,
+    /// zstd level 3, against a dictionary trained on the store's first values (see
+    /// `kv::dict`): small values that resemble each other compress as a block would
+    Zstd,
 }
 
 /// When a background compaction starts (Bitcask's merge triggers): at least `ratio` of
@@ -101,7 +113,7 @@ impl Default for Options {
             sqpoll: false,
             read_only: false,
             auto_compact: Some(AutoCompact::default()),
-            compress: false,
+            compression: Compression::None,
         }
     }
 }
@@ -588,6 +600,9 @@ pub struct Store {
     /// values written compressed (Options::compress), and the bytes that saved
     compressed_values: AtomicU64,
     compression_saved: AtomicU64,
+    /// zstd: decoding (dictionaries loaded from the directory as records name them) and,
+    /// with `Compression::Zstd`, encoding (and the dictionary's training)
+    zstd: Zstd,
     /// A small ring for multi_get's batched reads of values not in the page cache.
     reader: Mutex<Option<io_uring::IoUring>>,
     /// Bytes of the active segment already handed to the kernel (readers of newer
@@ -773,7 +788,7 @@ use crate::text::{io_error as plain, reword};
 /// Rename `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE; where the
 /// filesystem lacks it, a check then a plain rename — a directory made at `to` in between
 /// would be replaced only if empty).
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+pub(super) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = |p: &Path| {
         std::ffi::CString::new(p.as_os_str().as_bytes())
@@ -803,7 +818,7 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     fs::rename(from, to)
 }
 
-fn fsync_dir(dir: &Path) -> io::Result<()> {
+pub(super) fn fsync_dir(dir: &Path) -> io::Result<()> {
     let fd = open_fd(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
     // SAFETY: fd is ours.
     let r = unsafe { libc::fsync(fd) };
@@ -1570,6 +1585,7 @@ impl Store {
             compacted_bytes: AtomicU64::new(0),
             compressed_values: AtomicU64::new(0),
             compression_saved: AtomicU64::new(0),
+            zstd: Zstd::new(dir, opts.compression == Compression::Zstd && !ro),
             reader: Mutex::new(None),
             recovery: rec,
             active_kind: kind,
@@ -2231,13 +2247,17 @@ impl Store {
             let at = (out.len() - start) as u64;
             match v {
                 Some(v) => {
-                    let packed = self.opts.compress.then(|| record::compress(v)).flatten();
+                    let packed = match self.opts.compression {
+                        Compression::None => None,
+                        Compression::Lz4 => record::compress(v).map(|c| (c, FLAG_LZ4)),
+                        Compression::Zstd => self.zstd.compress(v).map(|c| (c, FLAG_ZSTD)),
+                    };
                     let (stored, fl) = match &packed {
-                        Some(c) => {
+                        Some((c, how)) => {
                             self.compressed_values.fetch_add(1, Ordering::Relaxed);
                             let saved = (v.len() - c.len()) as u64;
                             self.compression_saved.fetch_add(saved, Ordering::Relaxed);
-                            (c.as_slice(), flags | FLAG_LZ4)
+                            (c.as_slice(), flags | how)
                         }
                         None => (*v, flags),
                     };
@@ -3231,13 +3251,14 @@ impl Store {
     /// The value of `key`'s record at `loc`, after checking the whole record's CRC and
     /// that it holds `key` (RocksDB's verify_checksums on every read: a damaged or
     /// misdirected record is an error, never served).
-    fn read_value(seg: &Segment, loc: Loc, key: &[u8]) -> io::Result<Vec<u8>> {
-        Self::read_value_with(seg, loc, key, <[u8]>::to_vec)
+    fn read_value(&self, seg: &Segment, loc: Loc, key: &[u8]) -> io::Result<Vec<u8>> {
+        self.read_value_with(seg, loc, key, <[u8]>::to_vec)
     }
 
     /// [`Store::read_value`], handing the value to `f` where it lies (the mapping, or a
     /// buffer read with pread): one copy fewer when `f` makes the caller's own object.
     fn read_value_with<R>(
+        &self,
         seg: &Segment,
         loc: Loc,
         key: &[u8],
@@ -3246,7 +3267,7 @@ impl Store {
         let total = HEADER + key.len() + loc.val_len as usize;
         if let Some(rec) = seg.mapped(loc.off, total) {
             Self::verify(seg, rec, loc, key)?;
-            return Self::with_value(rec, loc, key, f);
+            return self.with_value(rec, loc, key, f);
         }
         let mut v = vec![0u8; total];
         let n = pread_exact(seg.fd, &mut v, loc.off)?;
@@ -3261,28 +3282,37 @@ impl Store {
             ));
         }
         Self::verify(seg, &v, loc, key)?;
-        Self::with_value(&v, loc, key, f)
+        self.with_value(&v, loc, key, f)
     }
 
     /// `f` of the value record `rec` (checked) holds: its bytes where they lie, or —
     /// stored compressed — decompressed.
     fn with_value<R>(
+        &self,
         rec: &[u8],
         loc: Loc,
         key: &[u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> io::Result<R> {
         let stored = &rec[HEADER + key.len()..];
-        if rec[8] & FLAG_LZ4 == 0 {
+        if rec[8] & FLAG_COMPRESSED == 0 {
             return Ok(f(stored));
         }
-        let v = record::decompress(stored).map_err(|why| {
+        let v = self.unpack(rec[8], stored).map_err(|why| {
             err(
                 io::ErrorKind::InvalidData,
                 format!("{} offset {}: {why}", seg_name(loc.seg), loc.off),
             )
         })?;
         Ok(f(&v))
+    }
+
+    /// The value a record with the compression flag(s) `flags` stores as `stored`.
+    fn unpack(&self, flags: u8, stored: &[u8]) -> Result<Vec<u8>, String> {
+        match flags & FLAG_ZSTD {
+            0 => record::decompress(stored),
+            _ => self.zstd.decompress(stored),
+        }
     }
 
     fn verify(seg: &Segment, rec: &[u8], loc: Loc, key: &[u8]) -> io::Result<()> {
@@ -3348,7 +3378,7 @@ impl Store {
         if cached_only && !seg.resident(loc.off, total) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        Self::read_value_with(&seg, loc, key, f).map(Some)
+        self.read_value_with(&seg, loc, key, f).map(Some)
     }
 
     /// Whether every present key's record is in memory (see [`Store::get_cached`]).
@@ -3505,13 +3535,13 @@ impl Store {
                         // Optimistic: copy from the mapping. A copy that took long had to
                         // fault the data in from disk: check the remaining keys first.
                         let t = Instant::now();
-                        out.push(Some(Self::read_value(&s, l, k)?));
+                        out.push(Some(self.read_value(&s, l, k)?));
                         cold_seen = t.elapsed() > Duration::from_micros(30);
                         if cold_seen {
                             self.warm_up_auto();
                         }
                     } else if s.resident(at, l.val_len as usize) {
-                        out.push(Some(Self::read_value(&s, l, k)?));
+                        out.push(Some(self.read_value(&s, l, k)?));
                     } else {
                         out.push(None);
                         cold.push((i, l, s, at));
@@ -3594,15 +3624,15 @@ impl Store {
             out[*i] = Some(if done[j] {
                 let mut v = std::mem::take(&mut bufs[j]);
                 Self::verify(seg, &v, *l, key)?;
-                if v[8] & FLAG_LZ4 != 0 {
-                    Self::with_value(&v, *l, key, <[u8]>::to_vec)?
+                if v[8] & FLAG_COMPRESSED != 0 {
+                    self.with_value(&v, *l, key, <[u8]>::to_vec)?
                 } else {
                     v.drain(..HEADER + key.len());
                     v
                 }
             } else {
                 // no ring here, or a short read: the plain way
-                Self::read_value(seg, *l, key)?
+                self.read_value(seg, *l, key)?
             });
         }
         Ok(())
@@ -3697,8 +3727,8 @@ impl Store {
             .collect())
     }
 
-    pub fn read_at(seg: &Segment, loc: Loc, key: &[u8]) -> io::Result<Vec<u8>> {
-        Self::read_value(seg, loc, key)
+    pub fn read_at(&self, seg: &Segment, loc: Loc, key: &[u8]) -> io::Result<Vec<u8>> {
+        self.read_value(seg, loc, key)
     }
 
     // ----- catching up (read-only) -----------------------------------------------------
@@ -3954,6 +3984,9 @@ impl Store {
                 }
             }
         }
+        // (every dictionary a copied record names was in the directory, durably, before
+        // that record was written: listed now, after the segments' ends were taken)
+        super::dict::copy_all(&self.dir, dest)?;
         snapshot::write_segments(dest, seq, at)?;
         fsync_dir(dest)?;
         Ok((linked, copied))
@@ -4275,7 +4308,7 @@ impl Store {
             };
             for &(at, n, l) in &live {
                 let k = &keys[at..at + n];
-                let v = Self::read_value(&segs[&l.seg], l, k)?;
+                let v = self.read_value(&segs[&l.seg], l, k)?;
                 self.compact_emit(out, k, Some(&v), 0, l.seq)?; // (as read: decompressed)
             }
         }
@@ -4376,7 +4409,7 @@ impl Store {
                     let v = k.end..k.end + h.val_len as usize;
                     let v = (h.kind == Kind::Put).then(|| &data[v]);
                     // (copied as stored: a compressed value stays compressed)
-                    self.compact_emit(out, &data[k], v, h.flags & FLAG_LZ4, h.seq)?;
+                    self.compact_emit(out, &data[k], v, h.flags & FLAG_COMPRESSED, h.seq)?;
                 }
                 todo.clear();
             }
@@ -4503,6 +4536,7 @@ impl Store {
     // ----- introspection ---------------------------------------------------------------
 
     pub fn stats(&self) -> Vec<(String, u64)> {
+        let (dict_id, dict_failed) = self.zstd.status();
         let (uring, syscalls, mapped, unsynced) = {
             let c = self.commit.lock().expect("commit");
             let a = c.appender.as_ref();
@@ -4608,6 +4642,13 @@ impl Store {
                 "compression_saved_bytes".into(),
                 self.compression_saved.load(Ordering::Relaxed),
             ),
+            // (compression="zstd": the dictionary values are compressed with, 0 while
+            // none is trained; 1 when training failed — values then use plain zstd)
+            ("compression_dictionary".into(), dict_id as u64),
+            (
+                "compression_dictionary_failed".into(),
+                dict_failed.is_some() as u64,
+            ),
             (
                 "last_compaction_ms".into(),
                 self.last_compaction_us.load(Ordering::Relaxed) / 1000,
@@ -4629,8 +4670,8 @@ impl Store {
                     l.off,
                     String::from_utf8_lossy(k)
                 ));
-            } else if rec[8] & FLAG_LZ4 != 0 {
-                if let Err(why) = record::decompress(&rec[HEADER + k.len()..]) {
+            } else if rec[8] & FLAG_COMPRESSED != 0 {
+                if let Err(why) = self.unpack(rec[8], &rec[HEADER + k.len()..]) {
                     bad.push(format!(
                         "segment {} offset {}: key {:?}: {why}",
                         l.seg,
