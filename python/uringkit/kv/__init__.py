@@ -463,7 +463,9 @@ def open(  # noqa: A001
     resemble each other (JSON records of ~550 bytes: 0.26 of their size against ~0.5
     alone) then compress as a block compressor's would. `"lz4"` compresses each value on
     its own: faster, little gain on small values. Reads decompress whatever a record
-    holds, so a store can be opened with or without compression at any time; `stats()`
+    holds, so a store can be opened with or without compression at any time, and
+    compaction rewrites values in the compression the store is opened with (opened
+    without, it copies them as they are stored); `stats()`
     counts `compressed_values` and `compression_saved_bytes` since the open, and names
     the `compression_dictionary` in use. A store's `DICT-*` files belong to it like its
     segments (`checkpoint()` copies them; a record whose dictionary is gone is reported

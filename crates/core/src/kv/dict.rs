@@ -290,6 +290,11 @@ impl Zstd {
         }
     }
 
+    /// The id of the dictionary a zstd frame was compressed with (0: none).
+    pub fn frame_dict(&self, frame: &[u8]) -> u32 {
+        zstd_safe::get_dict_id_from_frame(frame).map_or(0, |i| i.get())
+    }
+
     /// The dictionary `id`, loaded from the store's directory the first time.
     fn ddict(&self, id: u32) -> Result<Arc<DDict<'static>>, String> {
         if let Some(d) = self.dec.read().expect("dicts").get(&id) {

@@ -4308,8 +4308,9 @@ impl Store {
             };
             for &(at, n, l) in &live {
                 let k = &keys[at..at + n];
-                let v = self.read_value(&segs[&l.seg], l, k)?;
-                self.compact_emit(out, k, Some(&v), 0, l.seq)?; // (as read: decompressed)
+                let v = self.read_value(&segs[&l.seg], l, k)?; // (decompressed)
+                let (v, flags) = self.recompressed(0, &v);
+                self.compact_emit(out, k, Some(&v), flags, l.seq)?;
             }
         }
         Ok(true)
@@ -4407,15 +4408,55 @@ impl Store {
                 for (&(o, h), _) in todo.iter().zip(&live).filter(|(_, l)| **l) {
                     let k = o + HEADER..o + HEADER + h.key_len as usize;
                     let v = k.end..k.end + h.val_len as usize;
-                    let v = (h.kind == Kind::Put).then(|| &data[v]);
-                    // (copied as stored: a compressed value stays compressed)
-                    self.compact_emit(out, &data[k], v, h.flags & FLAG_COMPRESSED, h.seq)?;
+                    if h.kind != Kind::Put {
+                        self.compact_emit(out, &data[k], None, 0, h.seq)?;
+                        continue;
+                    }
+                    let (v, flags) = self.recompressed(h.flags & FLAG_COMPRESSED, &data[v]);
+                    self.compact_emit(out, &data[k], Some(&v), flags, h.seq)?;
                 }
                 todo.clear();
             }
             if end || stop.is_some() {
                 return Ok(stop);
             }
+        }
+    }
+
+    /// A live value as compaction writes it (`stored` with the compression flags
+    /// `flags`): in the store's compression, as RocksDB's compactions write their output
+    /// in the current one — a store opened with `compression="zstd"` is converted as it
+    /// is compacted (values written plainly or with LZ4 before, or as plain zstd frames
+    /// before the dictionary was trained, are compressed against the dictionary). Opened
+    /// without compression, values are copied as they are stored (a `compact` from the
+    /// CLI never inflates a compressed store), and so is anything already in the form
+    /// asked for — or that does not decompress (its dictionary missing: copied on as
+    /// it is, as unreadable as before, rather than stopping every compaction).
+    fn recompressed<'a>(&self, flags: u8, stored: &'a [u8]) -> (std::borrow::Cow<'a, [u8]>, u8) {
+        use std::borrow::Cow;
+        let current = match self.opts.compression {
+            Compression::None => true,
+            Compression::Lz4 => flags == FLAG_LZ4,
+            Compression::Zstd => {
+                flags == FLAG_ZSTD && self.zstd.frame_dict(stored) == self.zstd.status().0
+            }
+        };
+        let plain = match flags {
+            _ if current => return (Cow::Borrowed(stored), flags),
+            0 => Cow::Borrowed(stored),
+            _ => match self.unpack(flags, stored) {
+                Ok(v) => Cow::Owned(v),
+                Err(_) => return (Cow::Borrowed(stored), flags),
+            },
+        };
+        let packed = match self.opts.compression {
+            Compression::Lz4 => record::compress(&plain).map(|c| (c, FLAG_LZ4)),
+            Compression::Zstd => self.zstd.compress(&plain).map(|c| (c, FLAG_ZSTD)),
+            Compression::None => None,
+        };
+        match packed {
+            Some((c, how)) => (Cow::Owned(c), how),
+            None => (plain, 0),
         }
     }
 
