@@ -34,6 +34,31 @@ def test_commands(tmp_path: Path) -> None:
     assert kv("--hex", "get", p, "757365723a32").stdout == "626f62\n"
 
 
+def test_compact_converts_to_a_compression(tmp_path: Path) -> None:
+    from uringkit import kv as kv_api
+
+    p = tmp_path / "s"
+    docs = {
+        b"u%05d" % i: json.dumps(
+            {"id": i, "name": f"user {i}", "bio": "lorem ipsum " * (i % 7 + 5)}
+        ).encode()
+        for i in range(3000)
+    }
+    with kv_api.open(p, durability="none") as db:
+        db.write(list(docs.items()))
+        plain = db.stats()["bytes_on_disk"]
+    out = kv("compact", str(p), "--compression", "zstd")
+    assert out.returncode == 0, out.stderr
+    assert "values in zstd (dictionary DICT-" in out.stdout
+    assert len(list(p.glob("DICT-*"))) == 1
+    st = json.loads(kv("stats", str(p), "--json").stdout)
+    assert st["bytes_on_disk"] < 0.5 * plain, (st["bytes_on_disk"], plain)
+    with kv_api.open(p, read_only=True) as db:
+        assert dict(db.items()) == docs
+    out = kv("compact", str(p), "--compression", "snappy")
+    assert out.returncode == 2 and "invalid choice: 'snappy'" in out.stderr
+
+
 def test_missing_store_and_help(tmp_path: Path) -> None:
     out = kv("get", str(tmp_path / "absent"), "k")
     assert out.returncode == 1 and "no such store" in out.stderr

@@ -14,6 +14,7 @@ EXAMPLES = """examples:
   uringkit kv get /data/store user:1
   uringkit kv scan /data/store --prefix user: --limit 10
   uringkit kv compact /data/store
+  uringkit kv compact /data/store --compression zstd
   uringkit kv check /data/store
   uringkit kv stats /data/store --json
   uringkit kv backup /data/store /backups/store-2026-12-02
@@ -85,6 +86,14 @@ def main(argv: list[str]) -> int:
             p.add_argument("--keys-only", action="store_true")
         if name == "stats":
             p.add_argument("--json", action="store_true")
+        if name == "compact":
+            p.add_argument(
+                "--compression",
+                choices=("zstd", "lz4"),
+                help="rewrite the values in this compression (zstd: against a dictionary "
+                "trained first on the store's values); without it, values are copied as "
+                "they are stored",
+            )
         if name in ("check", "stats", "scan", "get"):
             p.add_argument(
                 "--repair",
@@ -98,7 +107,7 @@ def main(argv: list[str]) -> int:
         repair = getattr(a, "repair", False)
         read_only = a.cmd in ("get", "scan", "check", "stats", "backup") and not repair
         opts = {"create": a.cmd == "put", "repair": repair, "read_only": read_only}
-        with kv_open(a.path, **opts) as db:
+        with kv_open(a.path, **opts, compression=getattr(a, "compression", None)) as db:
             if a.cmd == "put":
                 db.put(_b(a.key, h), _b(a.value, h))
             elif a.cmd == "get":
@@ -129,6 +138,14 @@ def main(argv: list[str]) -> int:
             elif a.cmd == "compact":
                 retired, freed = db.compact()
                 print(f"retired {retired} segments, reclaimed {freed} bytes")
+                if a.compression:
+                    now = db.stats()
+                    d = now["compression_dictionary"]
+                    print(
+                        f"values in {a.compression}"
+                        + (f" (dictionary DICT-{d:08x})" if d else "")
+                        + f"; {now['bytes_on_disk']} bytes on disk"
+                    )
             elif a.cmd == "check":
                 n, problems = db.check()
                 for p_ in problems:

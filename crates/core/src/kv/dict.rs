@@ -247,21 +247,79 @@ impl Zstd {
             return;
         }
         let done = e.training.take().expect("training").join();
-        match done {
-            Ok(Ok(d)) => match (
-                zstd_safe::get_dict_id_from_dict(&d),
-                CDict::try_create(&d, LEVEL),
-            ) {
-                (Some(id), Some(cd)) => {
-                    let dd = Arc::new(DDict::create(&d));
-                    self.dec.write().expect("dicts").insert(id.get(), dd);
-                    e.dict = Some((id.get(), cd));
-                }
-                _ => e.failed = Some("zstd refused the trained dictionary".into()),
-            },
-            Ok(Err(why)) => e.failed = Some(why),
-            Err(_) => e.failed = Some("the training thread panicked".into()),
+        let done = done.unwrap_or_else(|_| Err("the training thread panicked".into()));
+        self.install(e, done);
+    }
+
+    fn install(&self, e: &mut Encoder, trained: Result<Vec<u8>, String>) {
+        let d = match trained {
+            Ok(d) => d,
+            Err(why) => {
+                e.failed = Some(why);
+                return;
+            }
+        };
+        match (
+            zstd_safe::get_dict_id_from_dict(&d),
+            CDict::try_create(&d, LEVEL),
+        ) {
+            (Some(id), Some(cd)) => {
+                let dd = Arc::new(DDict::create(&d));
+                self.dec.write().expect("dicts").insert(id.get(), dd);
+                e.dict = Some((id.get(), cd));
+            }
+            _ => e.failed = Some("zstd refused the trained dictionary".into()),
         }
+    }
+
+    /// Whether this codec compresses and still wants samples to train its dictionary
+    /// on (none trained, none in training, no failure).
+    pub fn wants_samples(&self) -> bool {
+        self.enc.as_ref().is_some_and(|enc| {
+            let e = enc.lock().expect("zstd encoder");
+            e.samples.is_some() && e.training.is_none()
+        })
+    }
+
+    /// Train the dictionary now, on `values` (and what writers sampled so far), on the
+    /// calling thread — compaction's: a store opened with `compression="zstd"` then
+    /// compacts every value against the dictionary, not only those after the first
+    /// 1,000. Nothing when a dictionary exists, is being trained (waited for) or
+    /// failed, or when there are fewer than a quarter of the samples training wants.
+    pub fn train_now<'v>(&self, values: impl Iterator<Item = &'v [u8]>) {
+        let Some(enc) = &self.enc else {
+            return;
+        };
+        let (mut data, mut sizes) = {
+            let mut e = enc.lock().expect("zstd encoder");
+            match e.samples.take() {
+                Some(s) => s,
+                None => {
+                    drop(e);
+                    self.settle();
+                    return;
+                }
+            }
+        };
+        for v in values.filter(|v| v.len() >= COMPRESS_MIN) {
+            let n = v.len().min(SAMPLE_MAX);
+            data.extend_from_slice(&v[..n]);
+            sizes.push(n);
+            if sizes.len() >= TRAIN_VALUES || data.len() >= TRAIN_BYTES {
+                break;
+            }
+        }
+        if sizes.len() < TRAIN_VALUES / 4 && data.len() < TRAIN_BYTES / 4 {
+            // too few to train on (a small store): the writers go on sampling
+            let mut e = enc.lock().expect("zstd encoder");
+            if e.dict.is_none() && e.training.is_none() && e.failed.is_none() {
+                e.samples = Some((data, sizes));
+            }
+            return;
+        }
+        // (writers meanwhile compress without a dictionary, and sample nothing)
+        let trained = train(&self.dir, &data, &sizes);
+        self.install(&mut enc.lock().expect("zstd encoder"), trained);
     }
 
     /// Wait for a dictionary being trained and start using it (tests, `stats()`).

@@ -2,7 +2,7 @@
 //! design), crash-safe recovery, group commit, hint files and online compaction.
 
 use super::append::Appender;
-use super::dict::Zstd;
+use super::dict::{self, Zstd};
 use super::index::{Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
 use super::mapped;
 use super::overlay;
@@ -4172,6 +4172,11 @@ impl Store {
             .iter()
             .map(|id| segs[id].size.load(Ordering::Relaxed))
             .sum();
+        if self.zstd.wants_samples() {
+            // compression="zstd" and no dictionary yet: trained first, on these
+            // segments' values, so that every value copied below is compressed with it
+            self.train_on(&old, &segs)?;
+        }
         // 2. copy live records into new segments (same seq), with hint files
         let mut out = CompactOut {
             carry: !whole,
@@ -4421,6 +4426,50 @@ impl Store {
                 return Ok(stop);
             }
         }
+    }
+
+    /// Train the zstd dictionary on the values in segments `old` (a share of each
+    /// segment's first values, up to what training takes; decompressed where
+    /// compressed).
+    fn train_on(&self, old: &[u32], segs: &BTreeMap<u32, Arc<Segment>>) -> io::Result<()> {
+        let mut values: Vec<Vec<u8>> = Vec::new();
+        let mut bytes = 0;
+        let per_seg = dict::TRAIN_VALUES.div_ceil(old.len()).max(64);
+        for id in old {
+            let seg = &segs[id];
+            let size = seg.size.load(Ordering::Acquire) as usize;
+            let own = seg.mapped(0, size);
+            let map = match own {
+                Some(_) => None,
+                None => Some(ReadMap::new(seg.fd, size, 0, size)?),
+            };
+            let data = own.unwrap_or_else(|| map.as_ref().map_or(&[][..], ReadMap::bytes));
+            let (mut off, mut taken) = (0, 0);
+            while let Ok(h) = record::parse_header(&data[off.min(data.len())..]) {
+                let end = off + h.total();
+                if end > data.len() || taken >= per_seg {
+                    break;
+                }
+                if h.kind == Kind::Put && h.val_len as usize >= record::COMPRESS_MIN {
+                    let v = &data[off + HEADER + h.key_len as usize..end];
+                    let v = match h.flags & FLAG_COMPRESSED {
+                        0 => Some(v.to_vec()),
+                        f => self.unpack(f, v).ok(),
+                    };
+                    if let Some(v) = v {
+                        bytes += v.len().min(16 << 10);
+                        values.push(v);
+                        taken += 1;
+                    }
+                }
+                off = end;
+            }
+            if values.len() >= dict::TRAIN_VALUES || bytes >= dict::TRAIN_BYTES {
+                break;
+            }
+        }
+        self.zstd.train_now(values.iter().map(Vec::as_slice));
+        Ok(())
     }
 
     /// A live value as compaction writes it (`stored` with the compression flags
