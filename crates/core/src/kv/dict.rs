@@ -322,21 +322,25 @@ impl Zstd {
         self.install(&mut enc.lock().expect("zstd encoder"), trained);
     }
 
-    /// Wait for a dictionary being trained and start using it (tests, `stats()`).
+    /// Wait for a dictionary being trained and start using it (compaction, tests). The
+    /// encoder is not held while waiting: writers go on compressing meanwhile.
     pub fn settle(&self) {
-        if let Some(enc) = &self.enc {
+        let Some(enc) = &self.enc else {
+            return;
+        };
+        loop {
             let mut e = enc.lock().expect("zstd encoder");
-            if let Some(h) = &e.training {
-                while !h.is_finished() {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
+            if e.training.as_ref().is_none_or(|h| h.is_finished()) {
+                self.take_trained(&mut e);
+                return;
             }
-            self.take_trained(&mut e);
+            drop(e);
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 
     /// The id of the dictionary values are compressed with now (0: none yet), and why
-    /// training failed, if it did.
+    /// training failed, if it did (`stats()`).
     pub fn status(&self) -> (u32, Option<String>) {
         match &self.enc {
             None => (0, None),
