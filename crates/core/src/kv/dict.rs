@@ -172,8 +172,8 @@ impl Zstd {
         if !encode {
             return z;
         }
-        // the newest-named valid dictionary there (a store trains one; more come only
-        // from copies of other stores' files)
+        // the valid dictionary there (a store trains one; a second one only when the
+        // first was found damaged: then the one with the higher id, either way)
         let found = list(dir)
             .unwrap_or_default()
             .into_iter()
