@@ -139,9 +139,8 @@ thread_local! {
 }
 
 struct Encoder {
-    cctx: CCtx<'static>,
     /// the dictionary values are compressed with, and its id
-    dict: Option<(u32, CDict<'static>)>,
+    dict: Option<(u32, Arc<CDict<'static>>)>,
     /// values sampled for training, back to back, and their sizes (None: not sampling —
     /// a dictionary exists, is being trained, or training failed)
     samples: Option<(Vec<u8>, Vec<usize>)>,
@@ -154,6 +153,8 @@ struct Encoder {
 pub struct Zstd {
     dir: PathBuf,
     enc: Option<Mutex<Encoder>>,
+    /// compression contexts not in use (one is made when none is free)
+    cctxs: Mutex<Vec<CCtx<'static>>>,
     dec: RwLock<HashMap<u32, Arc<DDict<'static>>>>,
     /// the fork generation it was made in (a forked child never joins the trainer)
     born: u64,
@@ -166,6 +167,7 @@ impl Zstd {
         let mut z = Zstd {
             dir: dir.to_path_buf(),
             enc: None,
+            cctxs: Mutex::new(Vec::new()),
             dec: RwLock::new(HashMap::new()),
             born: crate::sys::fork::generation(),
         };
@@ -180,7 +182,6 @@ impl Zstd {
             .rev()
             .find_map(|id| load(dir, id).ok().map(|d| (id, d)));
         let mut enc = Encoder {
-            cctx: CCtx::create(),
             dict: None,
             samples: Some((Vec::new(), Vec::new())),
             training: None,
@@ -192,7 +193,7 @@ impl Zstd {
                     .write()
                     .expect("dicts")
                     .insert(id, Arc::new(DDict::create(&d)));
-                enc.dict = Some((id, cd));
+                enc.dict = Some((id, Arc::new(cd)));
                 enc.samples = None;
             }
         }
@@ -207,15 +208,22 @@ impl Zstd {
         if value.len() < COMPRESS_MIN {
             return None;
         }
-        let mut e = enc.lock().expect("zstd encoder");
-        self.take_trained(&mut e);
-        self.sample(&mut e, value);
-        let Encoder { cctx, dict, .. } = &mut *e;
+        let dict = {
+            let mut e = enc.lock().expect("zstd encoder");
+            self.take_trained(&mut e);
+            self.sample(&mut e, value);
+            e.dict.as_ref().map(|d| d.1.clone())
+        };
+        // (the compression itself outside the encoder's lock, on a context of the pool:
+        // writer threads compress side by side, with as many contexts as ever did at once)
+        let pooled = self.cctxs.lock().expect("zstd contexts").pop();
+        let mut cctx = pooled.unwrap_or_else(CCtx::create);
         let mut out = Vec::with_capacity(zstd_safe::compress_bound(value.len()));
-        let done = match dict {
-            Some((_, cd)) => cctx.compress_using_cdict(&mut out, value, cd),
+        let done = match &dict {
+            Some(cd) => cctx.compress_using_cdict(&mut out, value, cd),
             None => cctx.compress(&mut out, value, LEVEL),
         };
+        self.cctxs.lock().expect("zstd contexts").push(cctx);
         done.ok()?;
         (out.len() <= value.len() - value.len() / 8).then_some(out)
     }
@@ -266,7 +274,7 @@ impl Zstd {
             (Some(id), Some(cd)) => {
                 let dd = Arc::new(DDict::create(&d));
                 self.dec.write().expect("dicts").insert(id.get(), dd);
-                e.dict = Some((id.get(), cd));
+                e.dict = Some((id.get(), Arc::new(cd)));
             }
             _ => e.failed = Some("zstd refused the trained dictionary".into()),
         }

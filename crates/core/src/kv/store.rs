@@ -118,6 +118,10 @@ impl Default for Options {
     }
 }
 
+/// Values compressed ahead of encoding ([`Store::pack`]): per op, the stored bytes and
+/// their compression flag, or None (stored as it is); empty without compression.
+type Packed = Vec<Option<(Vec<u8>, u8)>>;
+
 /// What recovery found.
 #[derive(Clone, Debug, Default)]
 pub struct Recovery {
@@ -2184,10 +2188,29 @@ impl Store {
 
     fn write(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
         self.writable("writing")?;
+        let packed = self.pack(ops);
         if self.opts.durability != Durability::Sync {
-            return self.write_buffered(ops, atomic);
+            return self.write_buffered(ops, &packed, atomic);
         }
-        self.commit(ops, atomic)
+        self.commit(ops, &packed, atomic)
+    }
+
+    /// The values of `ops` compressed (Options::compression), before any lock is taken:
+    /// each writer thread compresses its own values, in parallel with the others and
+    /// with the group commit's write and fdatasync (RocksDB compresses in its flush and
+    /// compaction threads, never under its write lock). Empty without compression; an
+    /// entry is None for a value stored as it is.
+    fn pack(&self, ops: &[(&[u8], Option<&[u8]>)]) -> Packed {
+        let one = |v: &[u8]| match self.opts.compression {
+            _ if v.len() > record::MAX_VALUE => None, // (refused when encoded)
+            Compression::None => None,
+            Compression::Lz4 => record::compress(v).map(|c| (c, FLAG_LZ4)),
+            Compression::Zstd => self.zstd.compress(v).map(|c| (c, FLAG_ZSTD)),
+        };
+        match self.opts.compression {
+            Compression::None => Vec::new(),
+            _ => ops.iter().map(|(_, v)| v.and_then(one)).collect(),
+        }
     }
 
     /// Bytes `ops` take encoded (with a COMMIT record, whether or not one is written).
@@ -2199,9 +2222,14 @@ impl Store {
     }
 
     /// Check and encode ops as one pending write with the next sequence number.
-    fn encode(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<Pending> {
+    fn encode(
+        &self,
+        ops: &[(&[u8], Option<&[u8]>)],
+        packed: &Packed,
+        atomic: bool,
+    ) -> io::Result<Pending> {
         let mut bytes = Vec::with_capacity(Self::encoded_len(ops));
-        let (seq, updates) = self.encode_into(&mut bytes, ops, atomic)?;
+        let (seq, updates) = self.encode_into(&mut bytes, ops, packed, atomic)?;
         Ok(Pending {
             ticket: 0,
             bytes,
@@ -2211,12 +2239,13 @@ impl Store {
     }
 
     /// Check ops and append them to `out` encoded, with the next sequence number (record
-    /// offsets in the updates count from where they started in `out`). Nothing is
-    /// appended if a check fails.
+    /// offsets in the updates count from where they started in `out`), each value as
+    /// [`Store::pack`] compressed it. Nothing is appended if a check fails.
     fn encode_into(
         &self,
         out: &mut Vec<u8>,
         ops: &[(&[u8], Option<&[u8]>)],
+        packed: &Packed,
         atomic: bool,
     ) -> io::Result<(u64, Vec<Update>)> {
         self.writable("writing")?;
@@ -2243,16 +2272,11 @@ impl Store {
         // what is known durable now (records land after it, in that segment or a later
         // one, where the mark says nothing): tells damage from a torn tail at open
         let mark = self.durable.load(Ordering::Acquire);
-        for (k, v) in ops {
+        for (i, (k, v)) in ops.iter().enumerate() {
             let at = (out.len() - start) as u64;
             match v {
                 Some(v) => {
-                    let packed = match self.opts.compression {
-                        Compression::None => None,
-                        Compression::Lz4 => record::compress(v).map(|c| (c, FLAG_LZ4)),
-                        Compression::Zstd => self.zstd.compress(v).map(|c| (c, FLAG_ZSTD)),
-                    };
-                    let (stored, fl) = match &packed {
+                    let (stored, fl) = match packed.get(i).and_then(Option::as_ref) {
                         Some((c, how)) => {
                             self.compressed_values.fetch_add(1, Ordering::Relaxed);
                             let saved = (v.len() - c.len()) as u64;
@@ -2278,13 +2302,18 @@ impl Store {
 
     /// Group commit: one writer (the leader) writes everyone's pending records with one
     /// write and one fdatasync; the others wait for their ticket.
-    fn commit(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
+    fn commit(
+        &self,
+        ops: &[(&[u8], Option<&[u8]>)],
+        packed: &Packed,
+        atomic: bool,
+    ) -> io::Result<()> {
         let mut c = self.commit.lock().expect("commit");
         // Encoded under the commit lock, which orders the log: records reach it in
         // sequence-number order. (Numbered before the lock, a put of a key could take
         // its number, a delete of it the next and be queued first: the live index then
         // showed the put, the next open — where the higher number wins — the delete.)
-        let mut p = self.encode(ops, atomic)?;
+        let mut p = self.encode(ops, packed, atomic)?;
         c.next_ticket += 1;
         let ticket = c.next_ticket;
         p.ticket = ticket;
@@ -2514,13 +2543,14 @@ impl Store {
         if ops.is_empty() {
             return Ok(0);
         }
+        let packed = self.pack(ops);
         if self.opts.durability != Durability::Sync {
-            self.write_buffered(ops, atomic && ops.len() > 1)?;
+            self.write_buffered(ops, &packed, atomic && ops.len() > 1)?;
             return Ok(0);
         }
         // (numbered under the lock that orders the log: see Store::commit)
         let mut c = self.commit.lock().expect("commit");
-        let mut p = self.encode(ops, atomic && ops.len() > 1)?;
+        let mut p = self.encode(ops, &packed, atomic && ops.len() > 1)?;
         c.next_ticket += 1;
         p.ticket = c.next_ticket;
         c.pending.push(p);
@@ -2869,6 +2899,10 @@ impl Store {
             return Ok(false);
         }
         let len = Self::encoded_len(ops);
+        if self.opts.compression != Compression::None && len > 64 << 10 {
+            // (compressing that much is worth releasing the GIL for: the normal path)
+            return Ok(false);
+        }
         let Ok(mut c) = self.commit.try_lock() else {
             return Ok(false);
         };
@@ -2894,7 +2928,10 @@ impl Store {
         {
             return Ok(false);
         }
-        let staged = self.stage_locked(&mut c, ops, atomic && ops.len() > 1)?;
+        // (compressed under the lock here: the caller holds the GIL, so no other
+        // Python thread would have compressed meanwhile anyway)
+        let packed = self.pack(ops);
+        let staged = self.stage_locked(&mut c, ops, &packed, atomic && ops.len() > 1)?;
         self.flush_staged(&mut c, false, Some(staged))?;
         Ok(true)
     }
@@ -2905,11 +2942,12 @@ impl Store {
         &self,
         c: &mut Commit,
         ops: &[(&[u8], Option<&[u8]>)],
+        packed: &Packed,
         atomic: bool,
     ) -> io::Result<Staged> {
         let from = c.wbuf.len();
         let base = c.write_off + from as u64;
-        let (seq, updates) = self.encode_into(&mut c.wbuf, ops, atomic)?;
+        let (seq, updates) = self.encode_into(&mut c.wbuf, ops, packed, atomic)?;
         Ok(Staged {
             from,
             base,
@@ -2921,7 +2959,12 @@ impl Store {
     /// durability "none"/"batch": records are encoded into the write buffer, handed to
     /// the kernel (through the segment's mapping, or with pwrite), then indexed, before
     /// this returns; an fdatasync follows when one is due.
-    fn write_buffered(&self, ops: &[(&[u8], Option<&[u8]>)], atomic: bool) -> io::Result<()> {
+    fn write_buffered(
+        &self,
+        ops: &[(&[u8], Option<&[u8]>)],
+        packed: &Packed,
+        atomic: bool,
+    ) -> io::Result<()> {
         let mut c = self.idle_commit();
         let end = c.write_off + c.wbuf.len() as u64;
         // (with the COMMIT record counted whether or not it is written: a segment may
@@ -2936,7 +2979,7 @@ impl Store {
             c.write_off = 0;
             self.flushed.store(0, Ordering::Release);
         }
-        let staged = self.stage_locked(&mut c, ops, atomic)?;
+        let staged = self.stage_locked(&mut c, ops, packed, atomic)?;
         let due = match self.opts.durability {
             Durability::Batch { ms, bytes } => {
                 c.last_sync.elapsed() >= Duration::from_millis(ms)
