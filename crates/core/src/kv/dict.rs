@@ -552,6 +552,30 @@ mod tests {
     }
 
     #[test]
+    fn a_dictionary_that_cannot_be_written_is_not_used() {
+        // (the directory gone: writing DICT fails, as on a full disk)
+        let d = tempfile::tempdir().unwrap();
+        let gone = d.path().join("gone");
+        fs::create_dir(&gone).unwrap();
+        let z = Zstd::new(&gone, true);
+        fs::remove_dir(&gone).unwrap();
+        for i in 0..TRAIN_VALUES + 1 {
+            z.compress(&doc(i)).expect("compressible");
+        }
+        z.settle();
+        let (id, failed) = z.status();
+        assert_eq!(id, 0);
+        assert!(failed.unwrap().contains("writing the trained dictionary"));
+        let f = z.compress(&doc(5)).unwrap();
+        assert_eq!(
+            zstd_safe::get_dict_id_from_frame(&f),
+            None,
+            "plain zstd goes on"
+        );
+        assert_eq!(z.decompress(&f).unwrap(), doc(5));
+    }
+
+    #[test]
     fn bad_frames_are_errors() {
         let d = tempfile::tempdir().unwrap();
         let z = Zstd::new(d.path(), false);
