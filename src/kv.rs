@@ -176,7 +176,7 @@ impl KvStore {
     #[pyo3(signature = (path, *, durability="sync", batch_ms=10, batch_bytes=1<<20, create=true,
         repair=false, segment_size=256<<20, io_uring=true, direct=false, index_snapshot=true,
         warm=true, sqpoll=false, read_only=false, auto_compact=Some(0.5),
-        auto_compact_bytes=64<<20, compression=None))]
+        auto_compact_bytes=64<<20, compression=None, compression_level=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -196,11 +196,30 @@ impl KvStore {
         auto_compact: Option<f64>,
         auto_compact_bytes: u64,
         compression: Option<&str>,
+        compression_level: Option<i32>,
     ) -> PyResult<Self> {
+        match (compression, compression_level) {
+            (Some("zstd"), Some(l)) if !uringkit_core::kv::dict::LEVELS.contains(&l) => {
+                return Err(PyValueError::new_err(format!(
+                    "compression_level={l}: zstd's levels here are 1 to 19 (3 by default: \
+                     higher is smaller and slower to write, reads cost the same)"
+                )))
+            }
+            (Some("zstd"), _) | (_, None) => {}
+            (other, Some(l)) => {
+                let other = other.map_or("None".into(), |o| format!("{o:?}"));
+                return Err(PyValueError::new_err(format!(
+                    "compression_level={l} with compression={other}: a level is for \
+                     compression=\"zstd\" only"
+                )));
+            }
+        }
         let compression = match compression {
             None => Compression::None,
             Some("lz4") => Compression::Lz4,
-            Some("zstd") => Compression::Zstd,
+            Some("zstd") => Compression::Zstd {
+                level: compression_level.unwrap_or(uringkit_core::kv::dict::LEVEL),
+            },
             Some(other) => {
                 return Err(PyValueError::new_err(format!(
                     "compression={other:?}: use \"zstd\" (with a dictionary trained on the \

@@ -55,6 +55,8 @@ def test_compact_converts_to_a_compression(tmp_path: Path) -> None:
     assert st["bytes_on_disk"] < 0.5 * plain, (st["bytes_on_disk"], plain)
     with kv_api.open(p, read_only=True) as db:
         assert dict(db.items()) == docs
+    out = kv("compact", str(p), "--compression", "zstd", "--level", "25")
+    assert out.returncode == 1 and "compression_level=25: zstd's levels" in out.stderr
     out = kv("compact", str(p), "--compression", "snappy")
     assert out.returncode == 2 and "invalid choice: 'snappy'" in out.stderr
 

@@ -285,3 +285,26 @@ def test_compaction_converts_a_store_to_its_compression(tmp_path: Path) -> None:
         db.compact()
         assert db.get(b"d000123") == want[b"d000123"]
     assert _size(p) == converted, "compacted without compression: copied as stored"
+
+
+def test_zstd_compression_level(tmp_path: Path) -> None:
+    """`compression_level` (1-19) trades write speed for size; reads do not care."""
+    sizes = {}
+    want = _all_docs(2000)
+    for level in (1, 19):
+        p = tmp_path / f"l{level}"
+        with kv.open(p, durability="none", compression="zstd", compression_level=level) as db:
+            db.write(list(want.items()))
+            db.compact()  # (every value against the dictionary, at this level)
+            sizes[level] = db.stats()["bytes_on_disk"]
+        with kv.open(p) as db:
+            assert dict(db.items()) == want
+    assert sizes[19] < sizes[1], sizes
+    for bad in (0, 20, -5):
+        with pytest.raises(ValueError, match=f"compression_level={bad}: zstd's levels"):
+            kv.open(tmp_path / "bad", compression="zstd", compression_level=bad)
+    with pytest.raises(ValueError, match='compression_level=5 with compression="lz4"'):
+        kv.open(tmp_path / "bad", compression="lz4", compression_level=5)
+    with pytest.raises(ValueError, match="compression_level=5 with compression=None"):
+        kv.open(tmp_path / "bad", compression_level=5)
+    assert not (tmp_path / "bad").exists()

@@ -14,7 +14,7 @@ EXAMPLES = """examples:
   uringkit kv get /data/store user:1
   uringkit kv scan /data/store --prefix user: --limit 10
   uringkit kv compact /data/store
-  uringkit kv compact /data/store --compression zstd
+  uringkit kv compact /data/store --compression zstd [--level 19]
   uringkit kv check /data/store
   uringkit kv stats /data/store --json
   uringkit kv backup /data/store /backups/store-2026-12-02
@@ -94,6 +94,11 @@ def main(argv: list[str]) -> int:
                 "trained first on the store's values); without it, values are copied as "
                 "they are stored",
             )
+            p.add_argument(
+                "--level",
+                type=int,
+                help="zstd's level, 1-19 (3 by default; higher: smaller, slower to write)",
+            )
         if name in ("check", "stats", "scan", "get"):
             p.add_argument(
                 "--repair",
@@ -107,7 +112,9 @@ def main(argv: list[str]) -> int:
         repair = getattr(a, "repair", False)
         read_only = a.cmd in ("get", "scan", "check", "stats", "backup") and not repair
         opts = {"create": a.cmd == "put", "repair": repair, "read_only": read_only}
-        with kv_open(a.path, **opts, compression=getattr(a, "compression", None)) as db:
+        how = getattr(a, "compression", None)
+        level = getattr(a, "level", None)
+        with kv_open(a.path, **opts, compression=how, compression_level=level) as db:
             if a.cmd == "put":
                 db.put(_b(a.key, h), _b(a.value, h))
             elif a.cmd == "get":

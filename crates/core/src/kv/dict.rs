@@ -28,8 +28,11 @@ use super::record::{COMPRESS_MIN, MAX_VALUE};
 /// The largest dictionary trained (zstd's own default is 110 KB; 16 KiB did as well on
 /// 550-byte records: 0.257 of their size against 0.259 with 500 samples).
 pub const DICT_SIZE: usize = 16 << 10;
-/// zstd's default level (RocksDB's too).
+/// zstd's default level (RocksDB's too): `compression_level` changes it.
 pub const LEVEL: i32 = 3;
+/// The levels `compression_level` takes (zstd's 20-22 need a window larger than a
+/// value can use).
+pub const LEVELS: std::ops::RangeInclusive<i32> = 1..=19;
 /// Training starts once this many values were sampled...
 pub const TRAIN_VALUES: usize = 1000;
 /// ... or this many bytes of them (the first `SAMPLE_MAX` bytes of each value).
@@ -158,20 +161,23 @@ pub struct Zstd {
     dec: RwLock<HashMap<u32, Arc<DDict<'static>>>>,
     /// the fork generation it was made in (a forked child never joins the trainer)
     born: u64,
+    /// the compression level (a dictionary is prepared for it)
+    level: i32,
 }
 
 impl Zstd {
-    /// The codec of the store in `dir`; `encode`: compress values (with the dictionary
-    /// found in `dir`, or one trained on the values to come).
-    pub fn new(dir: &Path, encode: bool) -> Self {
+    /// The codec of the store in `dir`; `encode`: compress values at this level (with
+    /// the dictionary found in `dir`, or one trained on the values to come).
+    pub fn new(dir: &Path, encode: Option<i32>) -> Self {
         let mut z = Zstd {
             dir: dir.to_path_buf(),
             enc: None,
+            level: encode.unwrap_or(LEVEL),
             cctxs: Mutex::new(Vec::new()),
             dec: RwLock::new(HashMap::new()),
             born: crate::sys::fork::generation(),
         };
-        if !encode {
+        if encode.is_none() {
             return z;
         }
         // the valid dictionary there (a store trains one; a second one only when the
@@ -188,7 +194,7 @@ impl Zstd {
             failed: None,
         };
         if let Some((id, d)) = found {
-            if let Some(cd) = CDict::try_create(&d, LEVEL) {
+            if let Some(cd) = CDict::try_create(&d, z.level) {
                 z.dec
                     .write()
                     .expect("dicts")
@@ -221,7 +227,7 @@ impl Zstd {
         let mut out = Vec::with_capacity(zstd_safe::compress_bound(value.len()));
         let done = match &dict {
             Some(cd) => cctx.compress_using_cdict(&mut out, value, cd),
-            None => cctx.compress(&mut out, value, LEVEL),
+            None => cctx.compress(&mut out, value, self.level),
         };
         self.cctxs.lock().expect("zstd contexts").push(cctx);
         done.ok()?;
@@ -269,7 +275,7 @@ impl Zstd {
         };
         match (
             zstd_safe::get_dict_id_from_dict(&d),
-            CDict::try_create(&d, LEVEL),
+            CDict::try_create(&d, self.level),
         ) {
             (Some(id), Some(cd)) => {
                 let dd = Arc::new(DDict::create(&d));
@@ -493,7 +499,7 @@ mod tests {
     #[test]
     fn trains_a_dictionary_and_every_frame_decodes() {
         let d = tempfile::tempdir().unwrap();
-        let z = Zstd::new(d.path(), true);
+        let z = Zstd::new(d.path(), Some(LEVEL));
         let mut frames = Vec::new();
         for i in 0..TRAIN_VALUES * 2 {
             let v = doc(i);
@@ -515,12 +521,12 @@ mod tests {
             "the dictionary helps: {with} vs {plain}"
         );
         // a reader that never encoded loads the dictionary from the directory
-        let r = Zstd::new(d.path(), false);
+        let r = Zstd::new(d.path(), None);
         for (f, v) in &frames {
             assert_eq!(&r.decompress(f).unwrap(), v);
         }
         // a writer reopened uses the dictionary it finds, and trains no other
-        let w = Zstd::new(d.path(), true);
+        let w = Zstd::new(d.path(), Some(LEVEL));
         assert_eq!(w.status().0, id);
         let f = w.compress(&doc(7)).unwrap();
         assert_eq!(
@@ -532,7 +538,7 @@ mod tests {
         let good = fs::read(&path).unwrap();
         let last = &frames.last().unwrap().0;
         fs::remove_file(&path).unwrap();
-        let e = Zstd::new(d.path(), false).decompress(last).unwrap_err();
+        let e = Zstd::new(d.path(), None).decompress(last).unwrap_err();
         assert!(
             e.contains(&dict_name(id)) && e.contains("not in the store"),
             "{e}"
@@ -540,15 +546,15 @@ mod tests {
         let mut bad = good.clone();
         *bad.last_mut().unwrap() ^= 1;
         fs::write(&path, &bad).unwrap();
-        let e = Zstd::new(d.path(), false).decompress(last).unwrap_err();
+        let e = Zstd::new(d.path(), None).decompress(last).unwrap_err();
         assert!(e.contains("damaged"), "{e}");
         assert_eq!(
-            Zstd::new(d.path(), true).status().0,
+            Zstd::new(d.path(), Some(LEVEL)).status().0,
             0,
             "a damaged one is not used"
         );
         fs::write(&path, &good).unwrap();
-        assert!(Zstd::new(d.path(), false).decompress(last).is_ok());
+        assert!(Zstd::new(d.path(), None).decompress(last).is_ok());
     }
 
     #[test]
@@ -557,7 +563,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let gone = d.path().join("gone");
         fs::create_dir(&gone).unwrap();
-        let z = Zstd::new(&gone, true);
+        let z = Zstd::new(&gone, Some(LEVEL));
         fs::remove_dir(&gone).unwrap();
         for i in 0..TRAIN_VALUES + 1 {
             z.compress(&doc(i)).expect("compressible");
@@ -578,12 +584,12 @@ mod tests {
     #[test]
     fn bad_frames_are_errors() {
         let d = tempfile::tempdir().unwrap();
-        let z = Zstd::new(d.path(), false);
+        let z = Zstd::new(d.path(), None);
         assert_eq!(z.compress(&doc(1)), None, "a reader does not compress");
         for bad in [&b""[..], b"abc", &[0x28, 0xb5, 0x2f, 0xfd, 0, 0]] {
             assert!(z.decompress(bad).is_err());
         }
-        let w = Zstd::new(d.path(), true);
+        let w = Zstd::new(d.path(), Some(LEVEL));
         let v = doc(3).repeat(4);
         let mut f = w.compress(&v).unwrap();
         assert_eq!(z.decompress(&f).unwrap(), v);

@@ -75,9 +75,12 @@ pub enum Compression {
     None,
     /// each value on its own, LZ4 (fast; little gain on small values)
     Lz4,
-    /// zstd level 3, against a dictionary trained on the store's first values (see
-    /// `kv::dict`): small values that resemble each other compress as a block would
-    Zstd,
+    /// zstd at `level` (3: zstd's default; `kv::dict::LEVELS`), against a dictionary
+    /// trained on the store's first values (see `kv::dict`): small values that resemble
+    /// each other compress as a block would
+    Zstd {
+        level: i32,
+    },
 }
 
 /// When a background compaction starts (Bitcask's merge triggers): at least `ratio` of
@@ -1589,7 +1592,13 @@ impl Store {
             compacted_bytes: AtomicU64::new(0),
             compressed_values: AtomicU64::new(0),
             compression_saved: AtomicU64::new(0),
-            zstd: Zstd::new(dir, opts.compression == Compression::Zstd && !ro),
+            zstd: Zstd::new(
+                dir,
+                match opts.compression {
+                    Compression::Zstd { level } if !ro => Some(level),
+                    _ => None,
+                },
+            ),
             reader: Mutex::new(None),
             recovery: rec,
             active_kind: kind,
@@ -2205,7 +2214,7 @@ impl Store {
             _ if v.len() > record::MAX_VALUE => None, // (refused when encoded)
             Compression::None => None,
             Compression::Lz4 => record::compress(v).map(|c| (c, FLAG_LZ4)),
-            Compression::Zstd => self.zstd.compress(v).map(|c| (c, FLAG_ZSTD)),
+            Compression::Zstd { .. } => self.zstd.compress(v).map(|c| (c, FLAG_ZSTD)),
         };
         match self.opts.compression {
             Compression::None => Vec::new(),
@@ -4529,7 +4538,7 @@ impl Store {
         let current = match self.opts.compression {
             Compression::None => true,
             Compression::Lz4 => flags == FLAG_LZ4,
-            Compression::Zstd => {
+            Compression::Zstd { .. } => {
                 flags == FLAG_ZSTD && self.zstd.frame_dict(stored) == self.zstd.status().0
             }
         };
@@ -4543,7 +4552,7 @@ impl Store {
         };
         let packed = match self.opts.compression {
             Compression::Lz4 => record::compress(&plain).map(|c| (c, FLAG_LZ4)),
-            Compression::Zstd => self.zstd.compress(&plain).map(|c| (c, FLAG_ZSTD)),
+            Compression::Zstd { .. } => self.zstd.compress(&plain).map(|c| (c, FLAG_ZSTD)),
             Compression::None => None,
         };
         match packed {
