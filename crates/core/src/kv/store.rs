@@ -4412,17 +4412,25 @@ impl Store {
     /// cannot be parsed (damage kept by a repair=True open) — the records before it are
     /// done, the caller lists the rest from the index.
     fn scan_live(&self, id: u32, seg: &Segment, out: &mut CompactOut) -> io::Result<Option<u64>> {
+        Self::with_sealed_bytes(seg, |data| self.scan_live_in(id, data, out))?
+    }
+
+    /// `f` of every byte of the sealed segment `seg`: through the segment's own mapping
+    /// when it covers them (no mapping made and unmade: munmap of a populated 256 MiB
+    /// takes the process's mmap lock for writing, and every thread's page fault waits
+    /// meanwhile), else a mapping made for the call. A sealed segment is never cut while
+    /// open, so neither mapping can fault past the end.
+    fn with_sealed_bytes<R>(seg: &Segment, f: impl FnOnce(&[u8]) -> R) -> io::Result<R> {
         let size = seg.size.load(Ordering::Acquire) as usize;
-        // Through the segment's own mapping when it covers the records (no mapping made
-        // and unmade: munmap of a populated 256 MiB takes the process's mmap lock for
-        // writing, and every thread's page fault waits meanwhile); a sealed segment is
-        // never cut while open, so neither mapping can fault past the end.
-        let own = seg.mapped(0, size);
-        let map = match own {
-            Some(_) => None,
-            None => Some(ReadMap::new(seg.fd, size, 0, size)?),
-        };
-        let data = own.unwrap_or_else(|| map.as_ref().map_or(&[][..], ReadMap::bytes));
+        if let Some(own) = seg.mapped(0, size) {
+            return Ok(f(own));
+        }
+        let map = ReadMap::new(seg.fd, size, 0, size)?;
+        Ok(f(map.bytes()))
+    }
+
+    /// [`Store::scan_live`] over the segment's bytes, `data`.
+    fn scan_live_in(&self, id: u32, data: &[u8], out: &mut CompactOut) -> io::Result<Option<u64>> {
         // (offset, header) of the PUT records waiting to be checked against the index
         let mut todo: Vec<(usize, record::Header)> = Vec::with_capacity(PER_HOLD);
         let mut live: Vec<bool> = Vec::with_capacity(PER_HOLD);
@@ -4488,34 +4496,28 @@ impl Store {
         let mut bytes = 0;
         let per_seg = dict::TRAIN_VALUES.div_ceil(old.len()).max(64);
         for id in old {
-            let seg = &segs[id];
-            let size = seg.size.load(Ordering::Acquire) as usize;
-            let own = seg.mapped(0, size);
-            let map = match own {
-                Some(_) => None,
-                None => Some(ReadMap::new(seg.fd, size, 0, size)?),
-            };
-            let data = own.unwrap_or_else(|| map.as_ref().map_or(&[][..], ReadMap::bytes));
-            let (mut off, mut taken) = (0, 0);
-            while let Ok(h) = record::parse_header(&data[off.min(data.len())..]) {
-                let end = off + h.total();
-                if end > data.len() || taken >= per_seg {
-                    break;
-                }
-                if h.kind == Kind::Put && h.val_len as usize >= record::COMPRESS_MIN {
-                    let v = &data[off + HEADER + h.key_len as usize..end];
-                    let v = match h.flags & FLAG_COMPRESSED {
-                        0 => Some(v.to_vec()),
-                        f => self.unpack(f, v).ok(),
-                    };
-                    if let Some(v) = v {
-                        bytes += v.len().min(16 << 10);
-                        values.push(v);
-                        taken += 1;
+            Self::with_sealed_bytes(&segs[id], |data| {
+                let (mut off, mut taken) = (0, 0);
+                while let Ok(h) = record::parse_header(&data[off.min(data.len())..]) {
+                    let end = off + h.total();
+                    if end > data.len() || taken >= per_seg {
+                        break;
                     }
+                    if h.kind == Kind::Put && h.val_len as usize >= record::COMPRESS_MIN {
+                        let v = &data[off + HEADER + h.key_len as usize..end];
+                        let v = match h.flags & FLAG_COMPRESSED {
+                            0 => Some(v.to_vec()),
+                            f => self.unpack(f, v).ok(),
+                        };
+                        if let Some(v) = v {
+                            bytes += v.len().min(16 << 10);
+                            values.push(v);
+                            taken += 1;
+                        }
+                    }
+                    off = end;
                 }
-                off = end;
-            }
+            })?;
             if values.len() >= dict::TRAIN_VALUES || bytes >= dict::TRAIN_BYTES {
                 break;
             }
