@@ -3948,15 +3948,20 @@ impl Store {
     pub fn checkpoint(&self, dest: &Path) -> io::Result<(usize, u64, u64)> {
         // (no compaction of this store retires a segment while it is being linked)
         let _only_one = self.compacting.lock().expect("compacting");
-        let end = match self.opts.read_only {
-            true => {
-                let st = self.state.read().expect("state");
-                st.segs[&st.active].size.load(Ordering::Relaxed)
-            }
-            false => self.flushed_commit(true)?.write_off,
-        };
         let (seq, at, segs) = {
+            // The commit lock is held until the segments are listed: released between
+            // taking the end and reading the state, a writer could roll the active
+            // segment, and `end` was then recorded for the new, shorter one (a copy cut
+            // short: seen once in a fresh-clone CI run of test_checkpoint_while_writing).
+            let c = match self.opts.read_only {
+                true => None,
+                false => Some(self.flushed_commit(true)?),
+            };
             let st = self.state.read().expect("state");
+            let end = match &c {
+                Some(c) => c.write_off,
+                None => st.segs[&st.active].size.load(Ordering::Relaxed),
+            };
             // (every segment fdatasynced: what INDEX records must be on the disk)
             let at = Self::synced_segments(&st, end)?;
             (st.seq, at, st.segs.clone())
