@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import shutil
 import time
 from pathlib import Path
 
@@ -240,6 +242,49 @@ def test_zstd_dictionary_goes_with_checkpoints_and_is_named_when_missing(
     (tmp_path / "cp" / name).write_bytes((p / name).read_bytes()[:-1] + b"?")
     with kv.open(tmp_path / "cp") as db, pytest.raises(OSError, match=f"{name} is damaged"):
         db.get(b"d%06d" % (n - 1))
+
+
+def test_repair_drops_what_a_missing_or_damaged_dictionary_made_unreadable(
+    tmp_path: Path,
+) -> None:
+    p = tmp_path / "db"
+    with kv.open(p, durability="none", compression="zstd") as db:
+        dict_id, n = _trained(db, 0)
+        db.write([(b"d%06d" % j, _doc(j)) for j in range(n, n + 300)])
+        db.put(b"d000000", _doc(10**6))  # rewritten against the dictionary
+        with db.batch() as b:  # a batch with one compressed member and one too small
+            b.put(b"batch-big", _doc(1))
+            b.put(b"batch-small", b"x")
+        n += 300
+    name = f"DICT-{dict_id:08x}"
+    for how in ("missing", "damaged"):
+        t = tmp_path / how
+        shutil.copytree(p, t)
+        if how == "missing":
+            (t / name).unlink()
+        else:
+            (t / name).write_bytes((p / name).read_bytes()[:-1] + b"?")
+        # without repair: refused when read, named
+        with kv.open(t) as db, pytest.raises(OSError, match=name):
+            db.get(b"d%06d" % (n - 1))
+        with pytest.warns(RuntimeWarning, match=f"skipped .*cannot be read.*{name}") as w:
+            db = kv.open(t, repair=True)
+        with db:
+            got = dict(db.items())
+            assert db.check() == (len(got), [])
+        # one report per segment (not one per record), counting what it skipped
+        said = [str(x.message) for x in w if "cannot be read" in str(x.message)]
+        counts = [re.search(r"skipped (\d+) records", m) for m in said]
+        skipped = [int(c[1]) if c else 1 for c in counts]  # (or "skipped the record")
+        assert len(said) == len({m.split(": skipped")[0] for m in said}), said
+        assert sum(skipped) >= 300, said
+        # what the dictionary made is gone; what was written before it is all there,
+        # d000000 with the value it had before its rewrite; the batch all or nothing
+        assert got[b"d000000"] == _doc(0)
+        assert b"batch-big" not in got and b"batch-small" not in got
+        early = {k: v for k, v in _all_docs(n).items() if k in got}
+        assert got == early and len(got) >= 200
+        assert all(v.startswith(b"{") for v in got.values())
 
 
 def test_zstd_read_only_follower_finds_a_dictionary_trained_after_its_open(

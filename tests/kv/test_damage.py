@@ -26,16 +26,29 @@ from uringkit import kv
 class Base:
     """A store over 19 segments of 64 KiB: puts, overwrites, deletes and batches, the
     first half compacted (segments with hint files), closed (INDEX written, unless
-    `index_snapshot` is off: then only the records' durable marks say what was synced)."""
+    `index_snapshot` is off: then only the records' durable marks say what was synced).
+    With `compression="zstd"` the values are JSON-like text, compressed against the
+    dictionary the store trains (`DICT-*`, one more file to damage)."""
 
-    def __init__(self, path: Path, durability: str, index_snapshot: bool) -> None:
+    def __init__(
+        self, path: Path, durability: str, index_snapshot: bool, compression: str | None
+    ) -> None:
         rng = random.Random(1)
         self.path = path
         self.durability, self.index_snapshot = durability, index_snapshot
+        self.compression = compression
         self.hist: dict[bytes, set[bytes]] = {}  # every value each key ever had
         self.last: dict[bytes, bytes] = {}
-        opts: dict[str, Any] = {"segment_size": 64 << 10, "index_snapshot": index_snapshot}
-        with kv.open(path, durability=durability, **opts) as db:
+        opts = self.opts() | {"segment_size": 64 << 10}
+
+        def value(n: int) -> bytes:
+            if compression is None:
+                return rng.randbytes(n)
+            words = [b"alpha", b"beta", b"gamma", b"delta", b"%d" % rng.randrange(1000)]
+            text = b" ".join(rng.choice(words) for _ in range(n // 6))
+            return b'{"user": "u%05d", "note": "%s"}' % (rng.randrange(99999), text)
+
+        with kv.open(path, **opts) as db:
             for i in range(3000):
                 k = b"k%05d" % rng.randrange(1500)
                 r = rng.random()
@@ -47,26 +60,39 @@ class Base:
                         for _ in range(5):
                             bk, bv = (
                                 b"b%05d" % rng.randrange(500),
-                                rng.randbytes(rng.randrange(1, 300)),
+                                value(rng.randrange(1, 300)),
                             )
                             b.put(bk, bv)
                             self.note(bk, bv)
                 else:
-                    v = rng.randbytes(rng.randrange(400))
+                    v = value(rng.randrange(400))
                     db.put(k, v)
                     self.note(k, v)
                 if i == 1500:
                     db.compact()
+            if compression is not None:
+                assert db.stats()["compression_dictionary"] > 1, "no dictionary trained"
+
+    def opts(self) -> dict[str, Any]:
+        """How every open of this store (and its damaged copies) is made."""
+        return {
+            "durability": self.durability,
+            "index_snapshot": self.index_snapshot,
+            "compression": self.compression,
+        }
 
     def note(self, k: bytes, v: bytes) -> None:
         self.hist.setdefault(k, set()).add(v)
         self.last[k] = v
 
 
-@pytest.fixture(scope="module", params=[("none", True), ("sync", False)], ids=str)
+@pytest.fixture(
+    scope="module",
+    params=[("none", True, None), ("sync", False, None), ("none", True, "zstd")],
+    ids=str,
+)
 def base(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Base:
-    durability, index_snapshot = request.param
-    return Base(tmp_path_factory.mktemp("damage") / "base", durability, index_snapshot)
+    return Base(tmp_path_factory.mktemp("damage") / "base", *request.param)
 
 
 def damage(d: Path, rng: random.Random) -> str:
@@ -128,12 +154,7 @@ def test_random_damage_is_refused_or_reported_never_served(
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 try:
-                    db = kv.open(
-                        t,
-                        durability=base.durability,
-                        repair=repair,
-                        index_snapshot=base.index_snapshot,
-                    )
+                    db = kv.open(t, repair=repair, **base.opts())
                 except OSError as e:
                     assert not repair, f"{ctx}: repair could not open: {e}"
                     assert ".seg" in str(e) or "INDEX" in str(e), f"{ctx}: {e}"
@@ -153,7 +174,10 @@ def test_random_damage_is_refused_or_reported_never_served(
             if repair:
                 assert not errors and not bad, f"{ctx}: after repair {errors[:2]} {bad[:2]}"
                 continue
-            assert all(".seg" in e and "CRC" in e for e in errors), f"{ctx}: {errors[:2]}"
+            # (a record whose value was compressed against a damaged or missing DICT-*
+            # is refused the same way, naming the dictionary)
+            named = [e for e in errors if ".seg" in e and ("CRC" in e or "DICT-" in e)]
+            assert named == errors, f"{ctx}: {errors[:2]}"
             assert len(bad) >= len(errors), f"{ctx}: check() found {bad}, reads {errors}"
             if not warned:
                 refused = len(errors)

@@ -101,6 +101,38 @@ pub fn load(dir: &Path, id: u32) -> Result<Vec<u8>, String> {
     Ok(dict.to_vec())
 }
 
+/// What a `repair=True` open asks of each zstd record it scans: can its value be read?
+/// A frame naming a dictionary that is missing or damaged cannot — it is skipped like a
+/// damaged record, with the reason. Each dictionary is loaded and checked once.
+pub struct Usable {
+    dir: PathBuf,
+    seen: RefCell<HashMap<u32, Option<String>>>,
+}
+
+impl Usable {
+    pub fn new(dir: &Path) -> Self {
+        Usable {
+            dir: dir.to_path_buf(),
+            seen: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Why the zstd frame `frame` cannot be decoded for want of its dictionary (None:
+    /// it names none, or one that loads and checks).
+    pub fn problem(&self, frame: &[u8]) -> Option<String> {
+        let id = zstd_safe::get_dict_id_from_frame(frame)?.get();
+        self.seen
+            .borrow_mut()
+            .entry(id)
+            .or_insert_with(|| {
+                load(&self.dir, id)
+                    .err()
+                    .map(|e| format!("values that cannot be read: {e}"))
+            })
+            .clone()
+    }
+}
+
 /// Write `dict` as `dir`'s dictionary file, durably: a temporary file, fdatasync, a
 /// rename that never replaces, the directory fsynced. Only then may a record use it.
 pub fn store(dir: &Path, dict: &[u8]) -> io::Result<u32> {

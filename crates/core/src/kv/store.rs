@@ -1035,7 +1035,7 @@ const PER_HOLD: usize = 1024;
 
 /// A segment for [`Store::replay`] to read, from `from`.
 #[derive(Clone, Copy)]
-struct Scan {
+struct Scan<'a> {
     id: u32,
     fd: i32,
     from: u64,
@@ -1048,6 +1048,8 @@ struct Scan {
     synced: u64,
     /// leave the file as it is (a torn tail is not cut: a live writer may be writing it)
     read_only: bool,
+    /// repair=True: zstd records whose dictionary is missing or damaged are skipped
+    dicts: Option<&'a dict::Usable>,
 }
 
 impl Store {
@@ -1386,6 +1388,7 @@ impl Store {
             rec.skipped.extend(what);
         }
         let mut raw: Vec<(u32, i32, u64, bool)> = Vec::new();
+        let dicts = opts.repair.then(|| dict::Usable::new(dir));
         for &id in &ids {
             let path = dir.join(seg_name(id));
             let fd = open_fd(&path, if ro { libc::O_RDONLY } else { libc::O_RDWR })?;
@@ -1401,6 +1404,7 @@ impl Store {
                 zeros_end_it: false,
                 synced: synced.get(&id).copied().unwrap_or(0),
                 read_only: opts.read_only,
+                dicts: dicts.as_ref(),
             };
             let skipped = rec.skipped.len();
             let (size, s) = if let Some(&size) = known.get(&id) {
@@ -1705,6 +1709,7 @@ impl Store {
             zeros_end_it,
             synced,
             read_only,
+            dicts,
         } = seg;
         // SAFETY: stat is POD.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -1754,6 +1759,9 @@ impl Store {
         let mut batch: Vec<(usize, Kind, u32, u64, u64, usize)> = Vec::new();
         let mut batch_start: Option<usize> = None;
         let mut good_end = off;
+        // repair: records skipped for an unreadable dictionary, by reason: (count, bytes,
+        // first offset, last offset) — one report each, not one per record
+        let mut undecodable: BTreeMap<String, (u64, u64, usize, usize)> = BTreeMap::new();
         // single records waiting to be indexed (in order, a chunk at a time)
         let mut ready: Vec<Replayed> = Vec::with_capacity(256);
         if index.is_mapped() {
@@ -1770,6 +1778,24 @@ impl Store {
                         Some("short record".to_string())
                     } else if record::check(&data[off..off + total]).is_err() {
                         Some("bad CRC".to_string())
+                    } else if let Some(why) =
+                        dicts.filter(|_| h.flags & FLAG_ZSTD != 0).and_then(|d| {
+                            d.problem(&data[off + HEADER + h.key_len as usize..off + total])
+                        })
+                    {
+                        // repair: a sound record whose value cannot be decompressed (its
+                        // dictionary is missing or damaged) is lost like a damaged one —
+                        // skipped whole (a batch it belongs to is then incomplete and
+                        // dropped at its COMMIT), never taken for a torn tail
+                        dead.entry(id).or_default().dead += total as u64;
+                        max_seq = max_seq.max(h.seq); // (never reused by a later write)
+                        let u = undecodable.entry(why).or_insert((0, 0, off, off));
+                        (u.0, u.1, u.3) = (u.0 + 1, u.1 + total as u64, off);
+                        if batch_start.is_none() {
+                            good_end = off + total;
+                        }
+                        off += total;
+                        None
                     } else {
                         let key = &data[off + HEADER..off + HEADER + h.key_len as usize];
                         max_seq = max_seq.max(h.seq);
@@ -1922,6 +1948,19 @@ impl Store {
         }
         Self::apply_all(index, &ready, dead);
         drop(ready);
+        for (why, (n, bytes, first, last)) in undecodable {
+            rec.skipped.push(match n {
+                1 => format!(
+                    "{}: skipped the record at offset {first} ({bytes} bytes): {why}",
+                    path.display()
+                ),
+                _ => format!(
+                    "{}: skipped {n} records at offsets {first} to {last} ({bytes} bytes): \
+                     {why}",
+                    path.display()
+                ),
+            });
+        }
         // An incomplete batch or a torn record at the end of the newest segment never
         // happened: cut the file back to the last complete record.
         let end = if batch_start.is_some() || off < data.len() {
@@ -3881,6 +3920,7 @@ impl Store {
                     zeros_end_it: false,
                     synced: 0,
                     read_only: true,
+                    dicts: None,
                 };
                 let (end, seq) = Self::replay(&path, scan, &mut st.index, &mut rec, &mut dead)?;
                 st.seq = st.seq.max(seq);
