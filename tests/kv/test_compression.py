@@ -287,6 +287,54 @@ def test_repair_drops_what_a_missing_or_damaged_dictionary_made_unreadable(
         assert all(v.startswith(b"{") for v in got.values())
 
 
+def _line(i: int) -> bytes:
+    """A ~200-byte log line: nothing like `_doc`'s JSON."""
+    rng = random.Random(-i)
+    svc = rng.choice(["gateway", "billing", "search", "auth"])
+    return (
+        f"2026-12-03T12:{rng.randrange(60):02d}:{rng.randrange(60):02d}Z "
+        f"{rng.choice(['INFO', 'WARN', 'ERROR'])} [{svc}] request_id={rng.getrandbits(64):016x} "
+        f"path=/api/v{rng.randrange(3)}/{svc}/items/{rng.randrange(10**6)} "
+        f"status={rng.choice([200, 404, 500])} latency_ms={rng.random() * 100:.2f}"
+    ).encode()
+
+
+def test_compaction_retrains_the_dictionary_when_the_values_drifted(tmp_path: Path) -> None:
+    p = tmp_path / "db"
+    with kv.open(p, durability="none", compression="zstd") as db:
+        first, n = _trained(db, 0)
+        db.compact()  # values like the dictionary's: kept
+        assert (db.stats()["compression_dictionary"], generation(db)) == (first, 0)
+        # the store's values become log lines: the JSON dictionary does little for them
+        json_only = stored(p)
+        db.write([(b"d%06d" % j, _line(j)) for j in range(n)])
+        db.write([(b"d%06d" % j, _line(j)) for j in range(n, 3 * n)])
+        lines_old = stored(p) - json_only  # (the lines, against the old dictionary)
+        db.compact()
+        second = db.stats()["compression_dictionary"]
+        assert second != first and generation(db) == 1
+        assert (p / f"DICT-{second:08x}").exists()
+        # every value rewritten against it: the same records now take well under what
+        # they took against the old one
+        assert stored(p) < 0.75 * lines_old, (lines_old, stored(p))
+        want = {b"d%06d" % j: _line(j) for j in range(3 * n)}
+        assert dict(db.items()) == want and db.check() == (3 * n, [])
+        db.compact()  # nothing drifted since: kept
+        assert (db.stats()["compression_dictionary"], generation(db)) == (second, 1)
+    # reopened: the newest generation is the one written with
+    with kv.open(p, durability="none", compression="zstd") as db:
+        assert (db.stats()["compression_dictionary"], generation(db)) == (second, 1)
+        assert dict(db.items()) == want
+
+
+def generation(db: kv.DB) -> int:
+    return db.stats()["compression_dictionary_generation"]
+
+
+def stored(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.glob("*.seg"))
+
+
 def test_zstd_read_only_follower_finds_a_dictionary_trained_after_its_open(
     tmp_path: Path,
 ) -> None:

@@ -41,6 +41,14 @@ const SAMPLE_MAX: usize = 16 << 10;
 const MAGIC: &[u8; 8] = b"XKVDICT1";
 /// magic, u32 dictionary length, u32 CRC32C of the dictionary
 const FILE_HEADER: usize = 16;
+/// A dictionary retrained by compaction: magic, u32 length, u32 CRC32C of the
+/// generation's 8 bytes and the dictionary, u64 generation (the first dictionary a
+/// store trains is generation 0, in a version-1 file: readable by older builds).
+const MAGIC2: &[u8; 8] = b"XKVDICT2";
+const FILE_HEADER2: usize = 24;
+/// Compaction retrains only when the new dictionary makes held-out values at least
+/// this much smaller (a store whose data stays alike keeps its dictionary).
+pub const RETRAIN_GAIN: f64 = 0.10;
 
 /// The file a dictionary is kept in, named by its id.
 pub fn dict_name(id: u32) -> String {
@@ -70,6 +78,11 @@ pub fn list(dir: &Path) -> io::Result<Vec<u32>> {
 
 /// Read and check `dir`'s dictionary `id`.
 pub fn load(dir: &Path, id: u32) -> Result<Vec<u8>, String> {
+    load_gen(dir, id).map(|(d, _)| d)
+}
+
+/// [`load`], with the dictionary's generation (0: the first one the store trained).
+pub fn load_gen(dir: &Path, id: u32) -> Result<(Vec<u8>, u64), String> {
     let name = dict_name(id);
     let data = match fs::read(dir.join(&name)) {
         Ok(d) => d,
@@ -83,22 +96,31 @@ pub fn load(dir: &Path, id: u32) -> Result<Vec<u8>, String> {
         Err(e) => return Err(format!("{name}: {e}")),
     };
     let bad = |why: &str| Err(format!("{name} is damaged ({why})"));
-    if data.len() < FILE_HEADER || &data[..8] != MAGIC {
-        return bad("not a dictionary file");
-    }
+    let (head, gen) = match data.get(..8) {
+        Some(m) if m == MAGIC && data.len() >= FILE_HEADER => (FILE_HEADER, None),
+        Some(m) if m == MAGIC2 && data.len() >= FILE_HEADER2 => (
+            FILE_HEADER2,
+            Some(u64::from_le_bytes(data[16..24].try_into().expect("8"))),
+        ),
+        _ => return bad("not a dictionary file"),
+    };
     let len = u32::from_le_bytes(data[8..12].try_into().expect("4")) as usize;
     let crc = u32::from_le_bytes(data[12..16].try_into().expect("4"));
-    let dict = &data[FILE_HEADER..];
+    let dict = &data[head..];
     if dict.len() != len {
         return bad("cut short");
     }
-    if crc32c::crc32c(dict) != crc {
+    let sum = match gen {
+        None => crc32c::crc32c(dict),
+        Some(_) => crc32c::crc32c_append(crc32c::crc32c(&data[16..24]), dict),
+    };
+    if sum != crc {
         return bad("its checksum fails");
     }
     if zstd_safe::get_dict_id_from_dict(dict).map(|i| i.get()) != Some(id) {
         return bad("its id is not the one its name says");
     }
-    Ok(dict.to_vec())
+    Ok((dict.to_vec(), gen.unwrap_or(0)))
 }
 
 /// What a `repair=True` open asks of each zstd record it scans: can its value be read?
@@ -133,19 +155,28 @@ impl Usable {
     }
 }
 
-/// Write `dict` as `dir`'s dictionary file, durably: a temporary file, fdatasync, a
-/// rename that never replaces, the directory fsynced. Only then may a record use it.
-pub fn store(dir: &Path, dict: &[u8]) -> io::Result<u32> {
+/// Write `dict` as `dir`'s dictionary file of generation `gen`, durably: a temporary
+/// file, fdatasync, a rename that never replaces, the directory fsynced. Only then may a
+/// record use it.
+pub fn store(dir: &Path, dict: &[u8], gen: u64) -> io::Result<u32> {
     let id = zstd_safe::get_dict_id_from_dict(dict)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a dictionary without an id"))?
         .get();
     let name = dict_name(id);
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = fs::File::create(&tmp)?;
-    let mut data = Vec::with_capacity(FILE_HEADER + dict.len());
-    data.extend_from_slice(MAGIC);
+    let mut data = Vec::with_capacity(FILE_HEADER2 + dict.len());
+    let g = gen.to_le_bytes();
+    data.extend_from_slice(if gen == 0 { MAGIC } else { MAGIC2 });
     data.extend_from_slice(&(dict.len() as u32).to_le_bytes());
-    data.extend_from_slice(&crc32c::crc32c(dict).to_le_bytes());
+    match gen {
+        0 => data.extend_from_slice(&crc32c::crc32c(dict).to_le_bytes()),
+        _ => {
+            let crc = crc32c::crc32c_append(crc32c::crc32c(&g), dict);
+            data.extend_from_slice(&crc.to_le_bytes());
+            data.extend_from_slice(&g);
+        }
+    }
     data.extend_from_slice(dict);
     let made = f
         .write_all(&data)
@@ -164,7 +195,7 @@ pub fn store(dir: &Path, dict: &[u8]) -> io::Result<u32> {
 fn train(dir: &Path, data: &[u8], sizes: &[usize]) -> Result<Vec<u8>, String> {
     let dict = zstd::dict::from_continuous(data, sizes, DICT_SIZE)
         .map_err(|e| format!("training a dictionary on {} values: {e}", sizes.len()))?;
-    store(dir, &dict).map_err(|e| format!("writing the trained dictionary: {e}"))?;
+    store(dir, &dict, 0).map_err(|e| format!("writing the trained dictionary: {e}"))?;
     Ok(dict)
 }
 
@@ -176,6 +207,8 @@ thread_local! {
 struct Encoder {
     /// the dictionary values are compressed with, and its id
     dict: Option<(u32, Arc<CDict<'static>>)>,
+    /// its generation (retrained by compaction: one more than the one it replaced)
+    gen: u64,
     /// values sampled for training, back to back, and their sizes (None: not sampling —
     /// a dictionary exists, is being trained, or training failed)
     samples: Option<(Vec<u8>, Vec<usize>)>,
@@ -212,26 +245,29 @@ impl Zstd {
         if encode.is_none() {
             return z;
         }
-        // the valid dictionary there (a store trains one; a second one only when the
-        // first was found damaged: then the one with the higher id, either way)
+        // the newest valid dictionary there: the highest generation (compaction
+        // retrains), then the highest id (a second generation-0 one is trained only when
+        // the first was found damaged)
         let found = list(dir)
             .unwrap_or_default()
             .into_iter()
-            .rev()
-            .find_map(|id| load(dir, id).ok().map(|d| (id, d)));
+            .filter_map(|id| load_gen(dir, id).ok().map(|(d, g)| (g, id, d)))
+            .max_by_key(|(g, id, _)| (*g, *id));
         let mut enc = Encoder {
             dict: None,
+            gen: 0,
             samples: Some((Vec::new(), Vec::new())),
             training: None,
             failed: None,
         };
-        if let Some((id, d)) = found {
+        if let Some((gen, id, d)) = found {
             if let Some(cd) = CDict::try_create(&d, z.level) {
                 z.dec
                     .write()
                     .expect("dicts")
                     .insert(id, Arc::new(DDict::create(&d)));
                 enc.dict = Some((id, Arc::new(cd)));
+                enc.gen = gen;
                 enc.samples = None;
             }
         }
@@ -368,6 +404,62 @@ impl Zstd {
         self.install(&mut enc.lock().expect("zstd encoder"), trained);
     }
 
+    /// Compaction's retraining: train a dictionary on `values` (half of them; the other
+    /// half held out) and, when it compresses the held-out half at least
+    /// [`RETRAIN_GAIN`] smaller than the current one does, keep it (durably, as the next
+    /// generation) and compress with it from now on — RocksDB trains a dictionary per
+    /// compaction output; a store whose values drift away from what its dictionary was
+    /// trained on gets one for what it holds now. Returns (current size, retrained size)
+    /// of the held-out values when it was worth it, None otherwise (no dictionary yet,
+    /// too few values, no gain, or training failed: nothing changes).
+    pub fn retrain(&self, values: &[Vec<u8>]) -> Option<(usize, usize)> {
+        let enc = self.enc.as_ref()?;
+        let (cur, gen) = {
+            let e = enc.lock().expect("zstd encoder");
+            (e.dict.as_ref()?.1.clone(), e.gen)
+        };
+        let values: Vec<&[u8]> = values
+            .iter()
+            .filter(|v| v.len() >= COMPRESS_MIN)
+            .map(|v| &v[..v.len().min(SAMPLE_MAX)])
+            .collect();
+        if values.len() < TRAIN_VALUES / 4 {
+            return None;
+        }
+        let (train_on, held): (Vec<_>, Vec<_>) =
+            values.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+        let sizes: Vec<usize> = train_on.iter().map(|(_, v)| v.len()).collect();
+        let data: Vec<u8> = train_on
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect();
+        let new = zstd::dict::from_continuous(&data, &sizes, DICT_SIZE).ok()?;
+        let cand = CDict::try_create(&new, self.level)?;
+        let mut cctx = CCtx::create();
+        let mut out = Vec::new();
+        let mut size = |cd: &CDict| -> Option<usize> {
+            let mut n = 0;
+            for (_, v) in &held {
+                out.clear();
+                out.reserve(zstd_safe::compress_bound(v.len()));
+                n += cctx.compress_using_cdict(&mut out, v, cd).ok()?;
+            }
+            Some(n)
+        };
+        let (before, after) = (size(&cur)?, size(&cand)?);
+        if after as f64 > before as f64 * (1.0 - RETRAIN_GAIN) {
+            return None;
+        }
+        // written before any value can be compressed with it
+        let id = store(&self.dir, &new, gen + 1).ok()?;
+        let dd = Arc::new(DDict::create(&new));
+        self.dec.write().expect("dicts").insert(id, dd);
+        let mut e = enc.lock().expect("zstd encoder");
+        e.dict = Some((id, Arc::new(cand)));
+        e.gen = gen + 1;
+        Some((before, after))
+    }
+
     /// Wait for a dictionary being trained and start using it (compaction, tests). The
     /// encoder is not held while waiting: writers go on compressing meanwhile.
     pub fn settle(&self) {
@@ -396,6 +488,13 @@ impl Zstd {
                 (e.dict.as_ref().map_or(0, |d| d.0), e.failed.clone())
             }
         }
+    }
+
+    /// The current dictionary's generation: how many times compaction retrained it.
+    pub fn generation(&self) -> u64 {
+        self.enc
+            .as_ref()
+            .map_or(0, |enc| enc.lock().expect("zstd encoder").gen)
     }
 
     /// The id of the dictionary a zstd frame was compressed with (0: none).
@@ -587,6 +686,69 @@ mod tests {
         );
         fs::write(&path, &good).unwrap();
         assert!(Zstd::new(d.path(), None).decompress(last).is_ok());
+    }
+
+    /// A log line: nothing like `doc`'s JSON (a store whose values drifted).
+    fn line(i: usize) -> Vec<u8> {
+        let x = (i as u64).wrapping_mul(0x2545_F491_4F6C_DD1D);
+        format!(
+            "2026-12-03T12:{:02}:{:02}Z WARN [billing] request_id={x:016x} \
+             path=/api/v2/billing/items/{} status=200 latency_ms={}.{:02}",
+            x % 60,
+            (x >> 8) % 60,
+            (x >> 16) % 1_000_000,
+            (x >> 40) % 100,
+            (x >> 48) % 100,
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn retraining_keeps_a_new_dictionary_only_when_it_pays() {
+        let d = tempfile::tempdir().unwrap();
+        let z = Zstd::new(d.path(), Some(LEVEL));
+        z.train_now(
+            (0..TRAIN_VALUES)
+                .map(doc)
+                .collect::<Vec<_>>()
+                .iter()
+                .map(|v| &v[..]),
+        );
+        let (first, _) = z.status();
+        assert!(first > 0 && z.generation() == 0);
+        // values like the ones it was trained on: no gain, nothing changes
+        let same: Vec<Vec<u8>> = (5000..5000 + 2 * TRAIN_VALUES).map(doc).collect();
+        assert_eq!(z.retrain(&same), None);
+        assert_eq!((z.status().0, z.generation()), (first, 0));
+        assert_eq!(list(d.path()).unwrap(), vec![first]);
+        // too few values to judge: nothing either
+        let lines: Vec<Vec<u8>> = (0..2 * TRAIN_VALUES).map(line).collect();
+        assert_eq!(z.retrain(&lines[..TRAIN_VALUES / 8]), None);
+        // values that drifted: a new dictionary, generation 1, written before use
+        let early = z.compress(&doc(1)).unwrap();
+        let (before, after) = z.retrain(&lines).expect("retrained");
+        assert!(after < before * 9 / 10, "{before} -> {after}");
+        let (second, _) = z.status();
+        assert!(second != first && z.generation() == 1);
+        assert_eq!(load_gen(d.path(), second).unwrap().1, 1);
+        assert_eq!(load_gen(d.path(), first).unwrap().1, 0);
+        let f = z.compress(&line(99_999)).unwrap();
+        assert_eq!(z.frame_dict(&f), second);
+        // every frame decodes, whichever dictionary it names, in a fresh reader
+        let r = Zstd::new(d.path(), None);
+        assert_eq!(r.decompress(&f).unwrap(), line(99_999));
+        assert_eq!(r.frame_dict(&early), first);
+        assert_eq!(r.decompress(&early).unwrap(), doc(1));
+        // a writer reopened takes the newest generation (whatever the ids' order)
+        let w = Zstd::new(d.path(), Some(LEVEL));
+        assert_eq!((w.status().0, w.generation()), (second, 1));
+        // a retrained dictionary's file is checked like the first one's
+        let path = d.path().join(dict_name(second));
+        let mut bad = fs::read(&path).unwrap();
+        bad[20] ^= 1; // (the generation)
+        fs::write(&path, &bad).unwrap();
+        assert!(load(d.path(), second).unwrap_err().contains("checksum"));
+        assert_eq!(Zstd::new(d.path(), Some(LEVEL)).status().0, first);
     }
 
     #[test]

@@ -4272,7 +4272,14 @@ impl Store {
         if self.zstd.wants_samples() {
             // compression="zstd" and no dictionary yet: trained first, on these
             // segments' values, so that every value copied below is compressed with it
-            self.train_on(&old, &segs)?;
+            let values = self.sample_values(&old, &segs, dict::TRAIN_VALUES)?;
+            self.zstd.train_now(values.iter().map(Vec::as_slice));
+        } else if only.is_none() && matches!(self.opts.compression, Compression::Zstd { .. }) {
+            // every segment compacted: a dictionary that no longer fits what the store
+            // holds is retrained on it (kept only if it does markedly better on values
+            // it was not trained on), and every value copied below goes to the new one
+            let values = self.sample_values(&old, &segs, 2 * dict::TRAIN_VALUES)?;
+            self.zstd.retrain(&values);
         }
         // 2. copy live records into new segments (same seq), with hint files
         let mut out = CompactOut {
@@ -4533,13 +4540,18 @@ impl Store {
         }
     }
 
-    /// Train the zstd dictionary on the values in segments `old` (a share of each
-    /// segment's first values, up to what training takes; decompressed where
+    /// Up to `want` values of segments `old` to train a zstd dictionary on (a share of
+    /// each segment's first values, up to what training takes; decompressed where
     /// compressed).
-    fn train_on(&self, old: &[u32], segs: &BTreeMap<u32, Arc<Segment>>) -> io::Result<()> {
+    fn sample_values(
+        &self,
+        old: &[u32],
+        segs: &BTreeMap<u32, Arc<Segment>>,
+        want: usize,
+    ) -> io::Result<Vec<Vec<u8>>> {
         let mut values: Vec<Vec<u8>> = Vec::new();
         let mut bytes = 0;
-        let per_seg = dict::TRAIN_VALUES.div_ceil(old.len()).max(64);
+        let per_seg = want.div_ceil(old.len()).max(64);
         for id in old {
             Self::with_sealed_bytes(&segs[id], |data| {
                 let (mut off, mut taken) = (0, 0);
@@ -4563,12 +4575,11 @@ impl Store {
                     off = end;
                 }
             })?;
-            if values.len() >= dict::TRAIN_VALUES || bytes >= dict::TRAIN_BYTES {
+            if values.len() >= want || bytes >= dict::TRAIN_BYTES * want / dict::TRAIN_VALUES {
                 break;
             }
         }
-        self.zstd.train_now(values.iter().map(Vec::as_slice));
-        Ok(())
+        Ok(values)
     }
 
     /// A live value as compaction writes it (`stored` with the compression flags
@@ -4837,6 +4848,11 @@ impl Store {
             (
                 "compression_dictionary_failed".into(),
                 dict_failed.is_some() as u64,
+            ),
+            // (how many times compaction retrained the dictionary, over the store's life)
+            (
+                "compression_dictionary_generation".into(),
+                self.zstd.generation(),
             ),
             (
                 "last_compaction_ms".into(),
