@@ -12,6 +12,7 @@ import os
 import random
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -305,30 +306,89 @@ def test_compaction_retrains_the_dictionary_when_the_values_drifted(tmp_path: Pa
         first, n = _trained(db, 0)
         db.compact()  # values like the dictionary's: kept
         assert (db.stats()["compression_dictionary"], generation(db)) == (first, 0)
-        # the store's values become log lines: the JSON dictionary does little for them
+        # most of what the store holds becomes log lines, which the JSON dictionary
+        # does little for (they are stored as they are)
         json_only = stored(p)
-        db.write([(b"d%06d" % j, _line(j)) for j in range(n)])
-        db.write([(b"d%06d" % j, _line(j)) for j in range(n, 3 * n)])
-        lines_old = stored(p) - json_only  # (the lines, against the old dictionary)
+        lines = {b"l%06d" % j: _line(j) for j in range(4 * n)}
+        db.write(list(lines.items()))
+        before = stored(p)
+        want = _all_docs(n) | lines
+        # a follower opened now reads JSON records compressed against the old dictionary
+        follower = kv.open(p, read_only=True)
         db.compact()
         second = db.stats()["compression_dictionary"]
         assert second != first and generation(db) == 1
         assert (p / f"DICT-{second:08x}").exists()
         # every value rewritten against it: the same records now take well under what
         # they took against the old one
-        assert stored(p) < 0.75 * lines_old, (lines_old, stored(p))
-        want = {b"d%06d" % j: _line(j) for j in range(3 * n)}
-        assert dict(db.items()) == want and db.check() == (3 * n, [])
-        db.compact()  # nothing drifted since: kept
+        assert stored(p) < 0.85 * before, (json_only, before, stored(p))
+        assert dict(db.items()) == want and db.check() == (5 * n, [])
+        assert dicts(p) == sorted([first, second])  # (kept while it was in use then)
+        db.compact()  # nothing drifted since: kept; the old one no record names: gone
         assert (db.stats()["compression_dictionary"], generation(db)) == (second, 1)
+        assert dicts(p) == [second]
+        with follower:
+            # the follower still reads the (retired) segments it holds, against the
+            # dictionary no longer in the directory, and refreshed, the new ones
+            assert dict(follower.items()) == want
+            follower.refresh()
+            assert dict(follower.items()) == want
     # reopened: the newest generation is the one written with
     with kv.open(p, durability="none", compression="zstd") as db:
         assert (db.stats()["compression_dictionary"], generation(db)) == (second, 1)
         assert dict(db.items()) == want
 
 
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_retraining_and_removing_dictionaries_under_concurrent_writers(
+    tmp_path: Path, durability: str
+) -> None:
+    """Writers put values of one kind, then another, while compactions of every segment
+    retrain the dictionary and remove the ones no record names: every value written is
+    read back, in this open and the next, and check() finds nothing."""
+    p = tmp_path / "db"
+    last: dict[bytes, bytes] = {}
+    lock = threading.Lock()
+    kinds = [_doc, _line, lambda j: _doc(j).upper(), _line]
+    with kv.open(p, durability=durability, compression="zstd") as db:
+
+        def writer(t: int, kind: int) -> None:
+            for j in range(t, 1600, 4):
+                k, v = b"k%05d" % (j % 900), kinds[kind](j + 10_000 * kind)
+                with lock:  # (the last write of a key is the one noted)
+                    db.put(k, v)
+                    last[k] = v
+
+        generations = set()
+        for kind in range(len(kinds)):
+            ths = [threading.Thread(target=writer, args=(t, kind)) for t in range(4)]
+            for th in ths:
+                th.start()
+            while any(th.is_alive() for th in ths):
+                db.compact()
+                generations.add(generation(db))
+            for th in ths:
+                th.join()
+            db.compact()
+            generations.add(generation(db))
+            assert dict(db.items()) == last
+        assert len(generations) >= 3, generations  # (it retrained along the way)
+        assert db.check() == (len(last), [])
+        db.compact()
+        current = db.stats()["compression_dictionary"]
+        # what is left: the one in use, and the one before it if that compaction
+        # retrained (in use when it sealed the log) — none of the others
+        assert current in dicts(p) and len(dicts(p)) <= 2, (current, dicts(p))
+    with kv.open(p) as db:
+        assert dict(db.items()) == last and db.check() == (len(last), [])
+
+
 def generation(db: kv.DB) -> int:
     return db.stats()["compression_dictionary_generation"]
+
+
+def dicts(p: Path) -> list[int]:
+    return sorted(int(f.name[5:], 16) for f in p.glob("DICT-*"))
 
 
 def stored(p: Path) -> int:

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
@@ -123,6 +123,11 @@ pub fn load_gen(dir: &Path, id: u32) -> Result<(Vec<u8>, u64), String> {
     Ok((dict.to_vec(), gen.unwrap_or(0)))
 }
 
+/// The id of the dictionary a zstd frame was compressed with (0: none, or not a frame).
+pub fn frame_dict_id(frame: &[u8]) -> u32 {
+    zstd_safe::get_dict_id_from_frame(frame).map_or(0, |i| i.get())
+}
+
 /// What a `repair=True` open asks of each zstd record it scans: can its value be read?
 /// A frame naming a dictionary that is missing or damaged cannot — it is skipped like a
 /// damaged record, with the reason. Each dictionary is loaded and checked once.
@@ -214,7 +219,15 @@ struct Encoder {
     samples: Option<(Vec<u8>, Vec<usize>)>,
     training: Option<JoinHandle<Result<Vec<u8>, String>>>,
     failed: Option<String>,
+    /// dictionaries retraining replaced in this open: a value compressed with one holds
+    /// a strong reference ([`Pin`]) until it is encoded into the log's buffers
+    retired: Vec<(u32, Weak<CDict<'static>>)>,
 }
+
+/// What a compressed value holds on to until its record is encoded: the dictionary it
+/// was compressed with, which is then never removed from under it (compaction removes
+/// a replaced dictionary only when no value still pins it and no record names it).
+pub type Pin = Arc<CDict<'static>>;
 
 /// A store's zstd codec: decoding always (records say how they were written), encoding
 /// when the store was opened with `compression="zstd"`.
@@ -232,8 +245,14 @@ pub struct Zstd {
 
 impl Zstd {
     /// The codec of the store in `dir`; `encode`: compress values at this level (with
-    /// the dictionary found in `dir`, or one trained on the values to come).
+    /// the dictionary found in `dir`, or one trained on the values to come). `known`:
+    /// the dictionaries in `dir`, when the caller just listed it (None: listed here).
     pub fn new(dir: &Path, encode: Option<i32>) -> Self {
+        Self::with_known(dir, encode, None)
+    }
+
+    /// [`Zstd::new`] with the ids of the dictionaries the directory holds.
+    pub fn with_known(dir: &Path, encode: Option<i32>, known: Option<Vec<u32>>) -> Self {
         let mut z = Zstd {
             dir: dir.to_path_buf(),
             enc: None,
@@ -242,30 +261,36 @@ impl Zstd {
             dec: RwLock::new(HashMap::new()),
             born: crate::sys::fork::generation(),
         };
+        // Every dictionary there is loaded now, not when a frame first names it: a
+        // compaction of the writer may remove one that no record names any more while a
+        // reader (this process's, or a read-only follower's) still reads a record of the
+        // segments it retired (see Store::open_once).
+        let ids = known.unwrap_or_else(|| list(dir).unwrap_or_default());
+        let mut gens = Vec::new();
+        for &id in &ids {
+            if let Ok((d, g)) = load_gen(dir, id) {
+                let dd = Arc::new(DDict::create(&d));
+                z.dec.write().expect("dicts").insert(id, dd);
+                gens.push((g, id, d));
+            }
+        }
         if encode.is_none() {
             return z;
         }
         // the newest valid dictionary there: the highest generation (compaction
         // retrains), then the highest id (a second generation-0 one is trained only when
         // the first was found damaged)
-        let found = list(dir)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|id| load_gen(dir, id).ok().map(|(d, g)| (g, id, d)))
-            .max_by_key(|(g, id, _)| (*g, *id));
+        let found = gens.into_iter().max_by_key(|(g, id, _)| (*g, *id));
         let mut enc = Encoder {
             dict: None,
             gen: 0,
             samples: Some((Vec::new(), Vec::new())),
             training: None,
             failed: None,
+            retired: Vec::new(),
         };
         if let Some((gen, id, d)) = found {
             if let Some(cd) = CDict::try_create(&d, z.level) {
-                z.dec
-                    .write()
-                    .expect("dicts")
-                    .insert(id, Arc::new(DDict::create(&d)));
                 enc.dict = Some((id, Arc::new(cd)));
                 enc.gen = gen;
                 enc.samples = None;
@@ -275,9 +300,29 @@ impl Zstd {
         z
     }
 
+    /// Load the dictionaries `ids` (the directory's) not loaded yet (a damaged one is
+    /// left to the frames that name it: their reads report it).
+    pub fn load_all(&self, ids: &[u32]) {
+        for &id in ids {
+            if self.dec.read().expect("dicts").contains_key(&id) {
+                continue;
+            }
+            if let Ok(d) = load(&self.dir, id) {
+                let dd = Arc::new(DDict::create(&d));
+                self.dec.write().expect("dicts").entry(id).or_insert(dd);
+            }
+        }
+    }
+
     /// `value` as a zstd frame, or None when that would not save an eighth of it (or
     /// it is shorter than [`COMPRESS_MIN`], or this codec does not compress).
     pub fn compress(&self, value: &[u8]) -> Option<Vec<u8>> {
+        self.compress_pinned(value).map(|(f, _)| f)
+    }
+
+    /// [`Zstd::compress`], with the dictionary the frame was compressed with: to hold
+    /// until the record is encoded (see [`Pin`]).
+    pub fn compress_pinned(&self, value: &[u8]) -> Option<(Vec<u8>, Option<Pin>)> {
         let enc = self.enc.as_ref()?;
         if value.len() < COMPRESS_MIN {
             return None;
@@ -299,7 +344,27 @@ impl Zstd {
         };
         self.cctxs.lock().expect("zstd contexts").push(cctx);
         done.ok()?;
-        (out.len() <= value.len() - value.len() / 8).then_some(out)
+        (out.len() <= value.len() - value.len() / 8).then_some((out, dict))
+    }
+
+    /// Which of the dictionaries `ids` no value may still be compressed with: neither
+    /// the one in use nor one that a value compressed before it was replaced still pins.
+    /// (Called under the store's commit lock, after every buffered record was written:
+    /// with the records in the queue checked apart, what this returns is named only by
+    /// records already in the segments.)
+    pub fn unpinned(&self, ids: &[u32]) -> Vec<u32> {
+        let Some(enc) = &self.enc else {
+            return ids.to_vec(); // (a reader's open compresses nothing)
+        };
+        let mut e = enc.lock().expect("zstd encoder");
+        self.take_trained(&mut e);
+        e.retired.retain(|(_, w)| w.strong_count() > 0);
+        let current = e.dict.as_ref().map(|d| d.0);
+        let pinned: Vec<u32> = e.retired.iter().map(|r| r.0).collect();
+        ids.iter()
+            .copied()
+            .filter(|id| Some(*id) != current && !pinned.contains(id))
+            .collect()
     }
 
     fn sample(&self, e: &mut Encoder, value: &[u8]) {
@@ -455,7 +520,9 @@ impl Zstd {
         let dd = Arc::new(DDict::create(&new));
         self.dec.write().expect("dicts").insert(id, dd);
         let mut e = enc.lock().expect("zstd encoder");
-        e.dict = Some((id, Arc::new(cand)));
+        if let Some((old, cd)) = e.dict.replace((id, Arc::new(cand))) {
+            e.retired.push((old, Arc::downgrade(&cd)));
+        }
         e.gen = gen + 1;
         Some((before, after))
     }
@@ -499,7 +566,7 @@ impl Zstd {
 
     /// The id of the dictionary a zstd frame was compressed with (0: none).
     pub fn frame_dict(&self, frame: &[u8]) -> u32 {
-        zstd_safe::get_dict_id_from_frame(frame).map_or(0, |i| i.get())
+        frame_dict_id(frame)
     }
 
     /// The dictionary `id`, loaded from the store's directory the first time.
@@ -726,10 +793,16 @@ mod tests {
         assert_eq!(z.retrain(&lines[..TRAIN_VALUES / 8]), None);
         // values that drifted: a new dictionary, generation 1, written before use
         let early = z.compress(&doc(1)).unwrap();
+        let (_, pin) = z.compress_pinned(&doc(2)).unwrap();
+        assert_eq!(z.unpinned(&[first, 7]), vec![7], "the one in use");
         let (before, after) = z.retrain(&lines).expect("retrained");
         assert!(after < before * 9 / 10, "{before} -> {after}");
         let (second, _) = z.status();
         assert!(second != first && z.generation() == 1);
+        // the replaced one stays pinned while a value compressed with it is unwritten
+        assert_eq!(z.unpinned(&[first, second]), vec![]);
+        drop(pin);
+        assert_eq!(z.unpinned(&[first, second]), vec![first]);
         assert_eq!(load_gen(d.path(), second).unwrap().1, 1);
         assert_eq!(load_gen(d.path(), first).unwrap().1, 0);
         let f = z.compress(&line(99_999)).unwrap();

@@ -122,8 +122,21 @@ impl Default for Options {
 }
 
 /// Values compressed ahead of encoding ([`Store::pack`]): per op, the stored bytes and
-/// their compression flag, or None (stored as it is); empty without compression.
-type Packed = Vec<Option<(Vec<u8>, u8)>>;
+/// their compression flag, or None (stored as it is); empty without compression. It
+/// pins the zstd dictionaries its frames were compressed with until it is dropped —
+/// after its records were encoded into the log's buffers or queue (see
+/// [`dict::Pin`]).
+#[derive(Default)]
+struct Packed {
+    vals: Vec<Option<(Vec<u8>, u8)>>,
+    _pins: Vec<dict::Pin>,
+}
+
+impl Packed {
+    fn get(&self, i: usize) -> Option<&Option<(Vec<u8>, u8)>> {
+        self.vals.get(i)
+    }
+}
 
 /// What recovery found.
 #[derive(Clone, Debug, Default)]
@@ -1013,6 +1026,8 @@ struct CompactOut {
     sync: crate::sys::fileio::RangeSync,
     /// copy the tombstones still in force too (not every sealed segment is compacted)
     carry: bool,
+    /// the zstd dictionaries the copies' frames name
+    dicts: std::collections::BTreeSet<u32>,
 }
 
 /// Per segment, what replay found: bytes of superseded records and of tombstones.
@@ -1202,6 +1217,7 @@ impl Store {
             }
         }
         let has_overlay = names.iter().any(|n| n == overlay::FILE);
+        let dict_ids: Vec<u32> = names.iter().filter_map(|n| dict::dict_id_of(n)).collect();
         let mut ids: Vec<u32> = Vec::new();
         let mut hints: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
         for name in &names {
@@ -1536,6 +1552,33 @@ impl Store {
             Some(&n) => record::mark(active, n.min(act_size)),
             None => 0,
         };
+        // Every zstd dictionary, loaded now (see Zstd::with_known): the writer's from the
+        // listing above (it alone adds or removes them). A read-only open lists them
+        // after its replay: every record it read names one there — unless a compaction
+        // of the writer removed it since, which it does only after removing the
+        // segments whose records named it: then one of ours is gone, and the open
+        // starts over (Store::open retries on NotFound).
+        let level = match opts.compression {
+            Compression::Zstd { level } if !ro => Some(level),
+            _ => None,
+        };
+        let zstd = Zstd::with_known(dir, level, (!ro).then_some(dict_ids));
+        if ro {
+            let now = match Self::list_dir(dir) {
+                Ok(now) => now,
+                Err(e) => {
+                    guard.0.push(lock_fd);
+                    return Err(e);
+                }
+            };
+            if let Some(id) = segs.keys().find(|id| !now.contains(&seg_name(**id))) {
+                guard.0.push(lock_fd);
+                return Err(err(
+                    io::ErrorKind::NotFound,
+                    format!("{}: removed while opening", seg_name(*id)),
+                ));
+            }
+        }
         let born = fork::generation();
         if !ro {
             // (a forked child lets the lock go: see sys/fork.rs)
@@ -1596,13 +1639,7 @@ impl Store {
             compacted_bytes: AtomicU64::new(0),
             compressed_values: AtomicU64::new(0),
             compression_saved: AtomicU64::new(0),
-            zstd: Zstd::new(
-                dir,
-                match opts.compression {
-                    Compression::Zstd { level } if !ro => Some(level),
-                    _ => None,
-                },
-            ),
+            zstd,
             reader: Mutex::new(None),
             recovery: rec,
             active_kind: kind,
@@ -2249,16 +2286,24 @@ impl Store {
     /// compaction threads, never under its write lock). Empty without compression; an
     /// entry is None for a value stored as it is.
     fn pack(&self, ops: &[(&[u8], Option<&[u8]>)]) -> Packed {
-        let one = |v: &[u8]| match self.opts.compression {
+        let mut pins: Vec<dict::Pin> = Vec::new();
+        let mut one = |v: &[u8]| match self.opts.compression {
             _ if v.len() > record::MAX_VALUE => None, // (refused when encoded)
             Compression::None => None,
             Compression::Lz4 => record::compress(v).map(|c| (c, FLAG_LZ4)),
-            Compression::Zstd { .. } => self.zstd.compress(v).map(|c| (c, FLAG_ZSTD)),
+            Compression::Zstd { .. } => {
+                let (c, pin) = self.zstd.compress_pinned(v)?;
+                if let Some(p) = pin.filter(|p| !pins.iter().any(|q| Arc::ptr_eq(p, q))) {
+                    pins.push(p);
+                }
+                Some((c, FLAG_ZSTD))
+            }
         };
-        match self.opts.compression {
+        let vals = match self.opts.compression {
             Compression::None => Vec::new(),
-            _ => ops.iter().map(|(_, v)| v.and_then(one)).collect(),
-        }
+            _ => ops.iter().map(|(_, v)| v.and_then(&mut one)).collect(),
+        };
+        Packed { vals, _pins: pins }
     }
 
     /// Bytes `ops` take encoded (with a COMMIT record, whether or not one is written).
@@ -3972,6 +4017,17 @@ impl Store {
         st.index.purge_tombstones();
         result?;
         out.records = rec.records;
+        if rec.records > 0 {
+            // the dictionaries the new records may name, loaded now (as at open: see
+            // open_once); one of our segments gone since means a compaction may have
+            // removed one of them: reopen
+            let now = Self::list_dir(&self.dir)?;
+            let ids: Vec<u32> = now.iter().filter_map(|n| dict::dict_id_of(n)).collect();
+            self.zstd.load_all(&ids);
+            if st.segs.keys().any(|id| !now.contains(&seg_name(*id))) {
+                return Ok(None);
+            }
+        }
         Ok(Some(out))
     }
 
@@ -4238,9 +4294,24 @@ impl Store {
         //    the commit lock: 81 ms of writers waiting after 185 MB of durability="none"
         //    puts, when not synced ahead)
         //    (only some segments: sealed ones, the active one is left alone)
+        //    A compaction of every segment also finds which zstd dictionaries no record
+        //    may name once it is done (removed at the end): any but the one in use, that
+        //    no value compressed before it was replaced still pins, and that no record
+        //    queued for writing names — every other record naming it is in a segment
+        //    sealed here, and the copies are checked apart (step 6).
+        let mut unnamed: Vec<u32> = Vec::new();
         if only.is_none() {
+            let dicts = dict::list(&self.dir).unwrap_or_default();
             self.presync_active();
             let mut c = self.flushed_commit(true)?;
+            if !dicts.is_empty() {
+                let mut queued = std::collections::BTreeSet::new();
+                for p in &c.pending {
+                    Self::dicts_named(&p.bytes, &mut queued);
+                }
+                unnamed = self.zstd.unpinned(&dicts);
+                unnamed.retain(|d| !queued.contains(d));
+            }
             let seal_at = c.write_off;
             let mut app = c.appender.take().expect("appender");
             let r = self.roll(&mut app, seal_at);
@@ -4369,7 +4440,35 @@ impl Store {
         if self.opts.index_snapshot {
             let _ = self.snapshot_online();
         }
+        // 6. the dictionaries no record names any more go (after the segments naming
+        //    them: a read-only follower that finds one gone finds those gone too, and
+        //    reopens). This process keeps them loaded: a reader still holding a retired
+        //    segment decodes its records. Best effort: one left behind is only 16 KiB.
+        let mut removed = false;
+        for d in unnamed.iter().filter(|d| !out.dicts.contains(d)) {
+            removed |= fs::remove_file(self.dir.join(dict::dict_name(*d))).is_ok();
+        }
+        if removed {
+            let _ = fsync_dir(&self.dir);
+        }
         Ok((old.len(), before.saturating_sub(after), after))
+    }
+
+    /// Add the zstd dictionaries the encoded records `bytes` name to `out`.
+    fn dicts_named(bytes: &[u8], out: &mut std::collections::BTreeSet<u32>) {
+        let mut off = 0;
+        while let Ok(h) = record::parse_header(&bytes[off.min(bytes.len())..]) {
+            let end = off + h.total();
+            if end > bytes.len() {
+                break;
+            }
+            if h.flags & FLAG_ZSTD != 0 {
+                out.insert(dict::frame_dict_id(
+                    &bytes[off + HEADER + h.key_len as usize..end],
+                ));
+            }
+            off = end;
+        }
     }
 
     /// Compaction's step 2: every live record of the segments `old` into `out` (see
@@ -4541,8 +4640,9 @@ impl Store {
     }
 
     /// Up to `want` values of segments `old` to train a zstd dictionary on (a share of
-    /// each segment's first values, up to what training takes; decompressed where
-    /// compressed).
+    /// each segment's, spread over it — its first ones would be its oldest, and a
+    /// compaction's outputs lie in the order it copied them — up to what training
+    /// takes; decompressed where compressed).
     fn sample_values(
         &self,
         old: &[u32],
@@ -4554,13 +4654,18 @@ impl Store {
         let per_seg = want.div_ceil(old.len()).max(64);
         for id in old {
             Self::with_sealed_bytes(&segs[id], |data| {
-                let (mut off, mut taken) = (0, 0);
+                let stride = (Self::count_records(data) / per_seg).max(1);
+                let (mut off, mut taken, mut nth) = (0, 0, 0usize);
                 while let Ok(h) = record::parse_header(&data[off.min(data.len())..]) {
                     let end = off + h.total();
                     if end > data.len() || taken >= per_seg {
                         break;
                     }
-                    if h.kind == Kind::Put && h.val_len as usize >= record::COMPRESS_MIN {
+                    nth += 1;
+                    if (nth - 1) % stride == 0
+                        && h.kind == Kind::Put
+                        && h.val_len as usize >= record::COMPRESS_MIN
+                    {
                         let v = &data[off + HEADER + h.key_len as usize..end];
                         let v = match h.flags & FLAG_COMPRESSED {
                             0 => Some(v.to_vec()),
@@ -4630,6 +4735,9 @@ impl Store {
         seq: u64,
     ) -> io::Result<()> {
         out.buf.clear();
+        if let Some(v) = v.filter(|_| flags & FLAG_ZSTD != 0) {
+            out.dicts.insert(dict::frame_dict_id(v));
+        }
         match v {
             Some(v) => record::encode(&mut out.buf, Kind::Put, flags, seq, k, v, 0),
             None => record::encode(&mut out.buf, Kind::Delete, 0, seq, k, b"", 0),
