@@ -68,6 +68,8 @@ def main() -> int:
         "in_flight_landed": sum(r.landed for r in rounds),
         "reopened_from_overlay": sum(r.from_overlay for r in rounds),
         "rounds_with_a_dictionary": sum(r.dictionary for r in rounds),
+        "dictionaries_seen": len({d for r in rounds for d in r.dictionaries}),
+        "most_dictionaries_at_once": max((len(r.dictionaries) for r in rounds), default=0),
         "keys_checked_last_round": rounds[-1].checked_keys if rounds else 0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -80,7 +82,9 @@ def main() -> int:
             f"({summary['in_flight_landed']} landed whole, the rest not at all), "
             f"{summary['reopened_from_overlay']} reopens from the live overlay, "
             f"{summary['rounds_with_a_dictionary']} rounds with a zstd dictionary in the "
-            f"store: no promise broken ({summary['seconds']} s)"
+            f"store ({summary['dictionaries_seen']} dictionaries in all, at most "
+            f"{summary['most_dictionaries_at_once']} at once): no promise broken "
+            f"({summary['seconds']} s)"
         )
     return 0
 

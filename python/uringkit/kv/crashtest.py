@@ -8,7 +8,9 @@ at a random moment (some rounds during compaction: compact() is called in one ro
 three, another third compacts in the background, `auto_compact`; one round in four
 stores values LZ4-compressed, `compression="lz4"`, another zstd-compressed,
 `compression="zstd"`, which trains the store's dictionary the first time it sees 1,000
-values, then uses it in every zstd round after). The store is then
+values, then uses it in every zstd round after — their text changes vocabulary as
+they go, so compactions retrain it and remove the dictionaries no record names). The
+store is then
 reopened and checked: every acknowledged write is there with its exact value, no
 acknowledged delete has come back, nothing with a bad CRC is served, and the one
 operation each writer had in flight at the kill either landed whole or not at all (a
@@ -54,6 +56,13 @@ auto = 16 << 10 if seed % 3 == 1 else None
 # one round in four stores values LZ4-compressed (when they compress), another
 # zstd-compressed (the store's dictionary trained in one of them, used after that)
 compression = (None, "lz4", None, "zstd")[seed % 4]
+# zstd rounds write text whose vocabulary changes every 500 operations: compactions
+# then retrain the dictionary and remove the ones no record names any more
+VOCABS = [
+    [b"alpha", b"bravo", b"charlie", b"delta", b"echo"],
+    [b"GET /api", b"status=200", b"latency_ms", b"request_id", b"WARN"],
+    [b'{"user":', b'"score":', b'"tags": [', b'"email":', b"null}"],
+]
 def line(ops):
     return " ".join(k.hex() + ":" + ("-" if v is None else v.hex()) for k, v in ops)
 """
@@ -75,6 +84,9 @@ while True:
         n = rng.randrange(300)
         if rng.random() < 0.5:
             tail = bytes(rng.randrange(256) for _ in range(n))  # (incompressible)
+        elif compression == "zstd":
+            words = VOCABS[(seed + i // 500) % 3]
+            tail = b" ".join(rng.choice(words) for _ in range(n // 6))
         else:
             tail = b"%d," % rng.randrange(10) * (n // 2)  # (compressible)
         v = b"%d-%d-" % (seed, i) + tail
@@ -167,6 +179,9 @@ class Round:
     #: the store had a zstd dictionary (DICT-*) when this round's writer was killed:
     #: zstd rounds from then on compress with it
     dictionary: bool = False
+    #: the dictionaries (DICT-* names) in the store at the check: across rounds, more
+    #: than one means compactions retrained it (and removed those no record named)
+    dictionaries: list[str] = field(default_factory=list)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -226,7 +241,8 @@ def check(path: Path, model: Model, pending: dict[str, Ops], rnd: Round) -> Mode
         warnings.simplefilter("always", RuntimeWarning)
         db = kv_open(path)
     rnd.notes.extend(str(w.message) for w in seen)
-    rnd.dictionary = any(path.glob("DICT-*"))
+    rnd.dictionaries = sorted(f.name for f in path.glob("DICT-*"))
+    rnd.dictionary = bool(rnd.dictionaries)
     with db:
         rnd.from_overlay = bool(db.recovery["from_overlay"])
         for task, ops in pending.items():

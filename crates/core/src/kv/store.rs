@@ -1562,7 +1562,7 @@ impl Store {
             Compression::Zstd { level } if !ro => Some(level),
             _ => None,
         };
-        let zstd = Zstd::with_known(dir, level, (!ro).then_some(dict_ids));
+        let mut dict_ids = dict_ids;
         if ro {
             let now = match Self::list_dir(dir) {
                 Ok(now) => now,
@@ -1571,6 +1571,7 @@ impl Store {
                     return Err(e);
                 }
             };
+            dict_ids = now.iter().filter_map(|n| dict::dict_id_of(n)).collect();
             if let Some(id) = segs.keys().find(|id| !now.contains(&seg_name(**id))) {
                 guard.0.push(lock_fd);
                 return Err(err(
@@ -1579,6 +1580,7 @@ impl Store {
                 ));
             }
         }
+        let zstd = Zstd::with_known(dir, level, Some(dict_ids));
         let born = fork::generation();
         if !ro {
             // (a forked child lets the lock go: see sys/fork.rs)
