@@ -331,6 +331,11 @@ def test_compaction_retrains_the_dictionary_when_the_values_drifted(tmp_path: Pa
             # the follower still reads the (retired) segments it holds, against the
             # dictionary no longer in the directory, and refreshed, the new ones
             assert dict(follower.items()) == want
+            # and its checkpoint carries the dictionary its records name
+            follower.checkpoint(tmp_path / "cp")
+            with kv.open(tmp_path / "cp", read_only=True) as cp:
+                assert dict(cp.items()) == want and cp.check() == (5 * n, [])
+            assert first in dicts(tmp_path / "cp")
             follower.refresh()
             assert dict(follower.items()) == want
     # reopened: the newest generation is the one written with

@@ -229,6 +229,22 @@ struct Encoder {
 /// a replaced dictionary only when no value still pins it and no record names it).
 pub type Pin = Arc<CDict<'static>>;
 
+struct Loaded {
+    dd: Arc<DDict<'static>>,
+    raw: Arc<[u8]>,
+    gen: u64,
+}
+
+impl Loaded {
+    fn new(d: &[u8], gen: u64) -> Self {
+        Loaded {
+            dd: Arc::new(DDict::create(d)),
+            raw: d.into(),
+            gen,
+        }
+    }
+}
+
 /// A store's zstd codec: decoding always (records say how they were written), encoding
 /// when the store was opened with `compression="zstd"`.
 pub struct Zstd {
@@ -236,7 +252,9 @@ pub struct Zstd {
     enc: Option<Mutex<Encoder>>,
     /// compression contexts not in use (one is made when none is free)
     cctxs: Mutex<Vec<CCtx<'static>>>,
-    dec: RwLock<HashMap<u32, Arc<DDict<'static>>>>,
+    /// every dictionary loaded (by id): for decoding, and its bytes and generation for
+    /// a checkpoint of a store whose writer has removed it since (see `copy_loaded`)
+    dec: RwLock<HashMap<u32, Loaded>>,
     /// the fork generation it was made in (a forked child never joins the trainer)
     born: u64,
     /// the compression level (a dictionary is prepared for it)
@@ -269,8 +287,7 @@ impl Zstd {
         let mut gens = Vec::new();
         for &id in &ids {
             if let Ok((d, g)) = load_gen(dir, id) {
-                let dd = Arc::new(DDict::create(&d));
-                z.dec.write().expect("dicts").insert(id, dd);
+                z.dec.write().expect("dicts").insert(id, Loaded::new(&d, g));
                 gens.push((g, id, d));
             }
         }
@@ -307,11 +324,29 @@ impl Zstd {
             if self.dec.read().expect("dicts").contains_key(&id) {
                 continue;
             }
-            if let Ok(d) = load(&self.dir, id) {
-                let dd = Arc::new(DDict::create(&d));
-                self.dec.write().expect("dicts").entry(id).or_insert(dd);
+            if let Ok((d, g)) = load_gen(&self.dir, id) {
+                let l = Loaded::new(&d, g);
+                self.dec.write().expect("dicts").entry(id).or_insert(l);
             }
         }
+    }
+
+    /// Write into the store directory `to` every dictionary this codec has loaded that
+    /// `to` lacks — after [`copy_all`], for a checkpoint of a read-only store whose
+    /// writer removed one its segments name since it was read.
+    pub fn copy_loaded(&self, to: &Path) -> io::Result<()> {
+        let loaded: Vec<(u32, Arc<[u8]>, u64)> = {
+            let dec = self.dec.read().expect("dicts");
+            dec.iter()
+                .map(|(id, l)| (*id, l.raw.clone(), l.gen))
+                .collect()
+        };
+        for (id, raw, gen) in loaded {
+            if !to.join(dict_name(id)).exists() {
+                store(to, &raw, gen)?;
+            }
+        }
+        Ok(())
     }
 
     /// `value` as a zstd frame, or None when that would not save an eighth of it (or
@@ -411,8 +446,8 @@ impl Zstd {
             CDict::try_create(&d, self.level),
         ) {
             (Some(id), Some(cd)) => {
-                let dd = Arc::new(DDict::create(&d));
-                self.dec.write().expect("dicts").insert(id.get(), dd);
+                let l = Loaded::new(&d, 0);
+                self.dec.write().expect("dicts").insert(id.get(), l);
                 e.dict = Some((id.get(), Arc::new(cd)));
             }
             _ => e.failed = Some("zstd refused the trained dictionary".into()),
@@ -517,8 +552,8 @@ impl Zstd {
         }
         // written before any value can be compressed with it
         let id = store(&self.dir, &new, gen + 1).ok()?;
-        let dd = Arc::new(DDict::create(&new));
-        self.dec.write().expect("dicts").insert(id, dd);
+        let l = Loaded::new(&new, gen + 1);
+        self.dec.write().expect("dicts").insert(id, l);
         let mut e = enc.lock().expect("zstd encoder");
         if let Some((old, cd)) = e.dict.replace((id, Arc::new(cand))) {
             e.retired.push((old, Arc::downgrade(&cd)));
@@ -571,17 +606,12 @@ impl Zstd {
 
     /// The dictionary `id`, loaded from the store's directory the first time.
     fn ddict(&self, id: u32) -> Result<Arc<DDict<'static>>, String> {
-        if let Some(d) = self.dec.read().expect("dicts").get(&id) {
-            return Ok(d.clone());
+        if let Some(l) = self.dec.read().expect("dicts").get(&id) {
+            return Ok(l.dd.clone());
         }
-        let d = Arc::new(DDict::create(&load(&self.dir, id)?));
-        Ok(self
-            .dec
-            .write()
-            .expect("dicts")
-            .entry(id)
-            .or_insert(d)
-            .clone())
+        let (d, g) = load_gen(&self.dir, id)?;
+        let mut dec = self.dec.write().expect("dicts");
+        Ok(dec.entry(id).or_insert(Loaded::new(&d, g)).dd.clone())
     }
 
     /// The value a zstd-compressed record stores as `stored` (after its CRC held: a

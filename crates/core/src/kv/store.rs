@@ -4142,6 +4142,10 @@ impl Store {
         // (every dictionary a copied record names was in the directory, durably, before
         // that record was written: listed now, after the segments' ends were taken)
         super::dict::copy_all(&self.dir, dest)?;
+        if self.opts.read_only {
+            // (and those the writer removed since this store read records naming them)
+            self.zstd.copy_loaded(dest)?;
+        }
         snapshot::write_segments(dest, seq, at)?;
         fsync_dir(dest)?;
         Ok((linked, copied))
