@@ -338,6 +338,11 @@ def test_compaction_retrains_the_dictionary_when_the_values_drifted(tmp_path: Pa
             assert first in dicts(tmp_path / "cp")
             follower.refresh()
             assert dict(follower.items()) == want
+            # (an open that does not compress names the store's newest dictionary)
+            assert (follower.stats()["compression_dictionary"], generation(follower)) == (
+                second,
+                1,
+            )
     # reopened: the newest generation is the one written with
     with kv.open(p, durability="none", compression="zstd") as db:
         assert (db.stats()["compression_dictionary"], generation(db)) == (second, 1)

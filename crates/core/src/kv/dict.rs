@@ -581,9 +581,11 @@ impl Zstd {
 
     /// The id of the dictionary values are compressed with now (0: none yet), and why
     /// training failed, if it did (`stats()`).
+    /// (An open that does not compress — read-only, or without `compression="zstd"` —
+    /// reports the newest dictionary it has loaded: the one a zstd writer uses.)
     pub fn status(&self) -> (u32, Option<String>) {
         match &self.enc {
-            None => (0, None),
+            None => (self.newest_loaded().1, None),
             Some(enc) => {
                 let mut e = enc.lock().expect("zstd encoder");
                 self.take_trained(&mut e);
@@ -594,9 +596,16 @@ impl Zstd {
 
     /// The current dictionary's generation: how many times compaction retrained it.
     pub fn generation(&self) -> u64 {
-        self.enc
-            .as_ref()
-            .map_or(0, |enc| enc.lock().expect("zstd encoder").gen)
+        match &self.enc {
+            None => self.newest_loaded().0,
+            Some(enc) => enc.lock().expect("zstd encoder").gen,
+        }
+    }
+
+    /// (generation, id) of the newest dictionary loaded ((0, 0): none).
+    fn newest_loaded(&self) -> (u64, u32) {
+        let dec = self.dec.read().expect("dicts");
+        dec.iter().map(|(id, l)| (l.gen, *id)).max().unwrap_or((0, 0))
     }
 
     /// The id of the dictionary a zstd frame was compressed with (0: none).

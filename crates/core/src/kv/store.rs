@@ -4957,7 +4957,8 @@ impl Store {
                 self.compression_saved.load(Ordering::Relaxed),
             ),
             // (compression="zstd": the dictionary values are compressed with, 0 while
-            // none is trained; 1 when training failed — values then use plain zstd)
+            // none is trained; 1 when training failed — values then use plain zstd; an
+            // open that does not compress: the store's newest dictionary)
             ("compression_dictionary".into(), dict_id as u64),
             (
                 "compression_dictionary_failed".into(),
