@@ -51,6 +51,10 @@ class Peer:
 
     def close(self) -> None: ...
 
+    def compact(self) -> None:
+        """Reclaim what overwritten values left (the store's own compaction; LMDB reuses
+        its free pages and has none)."""
+
     threadsafe = True
 
     async def tasks_put(self, items: list[list[tuple[bytes, bytes]]]) -> None:
@@ -103,6 +107,9 @@ class Xkv(Peer):
 
     def close(self) -> None:
         self.db.close()
+
+    def compact(self) -> None:
+        self.db.compact()
 
     async def tasks_put(self, items: list[list[tuple[bytes, bytes]]]) -> None:
         """xkv's async API: group commits on the event loop's ring."""
@@ -204,6 +211,9 @@ class Plyvel(Peer):
     def close(self) -> None:
         self.db.close()
 
+    def compact(self) -> None:
+        self.db.compact_range()
+
 
 class Rocks(Peer):
     name = "rocksdb"
@@ -237,6 +247,9 @@ class Rocks(Peer):
 
     def close(self) -> None:
         self.db.close()
+
+    def compact(self) -> None:
+        self.db.compact_range(None, None)
 
 
 def peers() -> list[Peer]:

@@ -605,7 +605,10 @@ impl Zstd {
     /// (generation, id) of the newest dictionary loaded ((0, 0): none).
     fn newest_loaded(&self) -> (u64, u32) {
         let dec = self.dec.read().expect("dicts");
-        dec.iter().map(|(id, l)| (l.gen, *id)).max().unwrap_or((0, 0))
+        dec.iter()
+            .map(|(id, l)| (l.gen, *id))
+            .max()
+            .unwrap_or((0, 0))
     }
 
     /// The id of the dictionary a zstd frame was compressed with (0: none).

@@ -4660,18 +4660,30 @@ impl Store {
         let per_seg = want.div_ceil(old.len()).max(64);
         for id in old {
             Self::with_sealed_bytes(&segs[id], |data| {
+                // (live values only: what the compaction is about to write — a store whose
+                // values drifted holds the old kind's, overwritten, in the same segments)
+                let live = |o: usize, h: &record::Header| {
+                    let k = &data[o + HEADER..o + HEADER + h.key_len as usize];
+                    let st = self.state.read().expect("state");
+                    st.index.get(k).is_some_and(|l| {
+                        (l.seg, l.off, l.seq, l.val_len) == (*id, o as u64, h.seq, h.val_len)
+                    })
+                };
                 let stride = (Self::count_records(data) / per_seg).max(1);
-                let (mut off, mut taken, mut nth) = (0, 0, 0usize);
+                let (mut off, mut taken, mut nth, mut due) = (0, 0, 0usize, false);
                 while let Ok(h) = record::parse_header(&data[off.min(data.len())..]) {
                     let end = off + h.total();
                     if end > data.len() || taken >= per_seg {
                         break;
                     }
+                    due |= nth % stride == 0;
                     nth += 1;
-                    if (nth - 1) % stride == 0
+                    if due
                         && h.kind == Kind::Put
                         && h.val_len as usize >= record::COMPRESS_MIN
+                        && live(off, &h)
                     {
+                        due = false;
                         let v = &data[off + HEADER + h.key_len as usize..end];
                         let v = match h.flags & FLAG_COMPRESSED {
                             0 => Some(v.to_vec()),
