@@ -1000,6 +1000,28 @@ fn in_range(k: &[u8], prefix: &[u8], start: Option<&[u8]>, stop: Option<&[u8]>) 
     k.starts_with(prefix) && start.is_none_or(|a| k >= a) && stop.is_none_or(|b| k < b)
 }
 
+/// LEB128: seven bits a byte, low first, the high bit set on all but the last.
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The varint at the start of `r`, which moves past it (None: cut short, or over 64 bits).
+fn varint(r: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for (i, &b) in r.iter().enumerate().take(10) {
+        v |= ((b & 0x7f) as u64).checked_shl(7 * i as u32)?;
+        if b & 0x80 == 0 {
+            *r = &r[i + 1..];
+            return Some(v);
+        }
+    }
+    None
+}
+
 fn seg_name(id: u32) -> String {
     format!("{id:08}.seg")
 }
@@ -2151,7 +2173,7 @@ impl Store {
     /// A hint file whose magic and checksum hold, and the segment length it records.
     fn read_hint(dir: &Path, id: u32) -> Option<(Vec<u8>, u64)> {
         let data = fs::read(dir.join(hint_name(id))).ok()?;
-        if data.len() < 20 || !matches!(&data[0..4], b"XVH1" | b"XVH2") {
+        if data.len() < 20 || !matches!(&data[0..4], b"XVH1" | b"XVH2" | b"XVH3") {
             return None;
         }
         let body = &data[..data.len() - 4];
@@ -2167,20 +2189,50 @@ impl Store {
     /// segment length the caller has checked). Returns (segment size, max seq).
     fn load_hint(data: &[u8], id: u32, index: &mut Index, dead: &mut Wastes) -> Option<(u64, u64)> {
         let body = &data[..data.len() - 4];
-        // (version 2 lists tombstones too: value length TOMBSTONE)
-        let tombstones = data[3] == b'2';
+        // (versions 2 and 3 list tombstones too: value length TOMBSTONE)
+        let tombstones = data[3] != b'1';
         let seg_size = u64::from_le_bytes(body[4..12].try_into().ok()?);
         let count = u32::from_le_bytes(body[12..16].try_into().ok()?) as usize;
         let mut at = 16usize;
         let mut max_seq = 0;
-        let mut entries = Vec::with_capacity(count);
+        let mut entries = Vec::with_capacity(count.min(body.len() / 3));
+        let (mut next_off, mut prev_seq) = (0u64, 0u64);
         for _ in 0..count {
-            let e = body.get(at..at + 24)?;
-            let key_len = u32::from_le_bytes(e[0..4].try_into().ok()?) as usize;
-            let val_len = u32::from_le_bytes(e[4..8].try_into().ok()?);
-            let off = u64::from_le_bytes(e[8..16].try_into().ok()?);
-            let seq = u64::from_le_bytes(e[16..24].try_into().ok()?);
-            let key = body.get(at + 24..at + 24 + key_len)?;
+            let (key_len, val_len, off, seq, head) = match data[3] {
+                b'3' => {
+                    // varints: key length, value length + 1 (0: a tombstone), the seq's
+                    // zigzag delta from the entry before; the offset follows from the
+                    // records before it (a compaction writes them back to back from 0)
+                    let mut r = &body[at..];
+                    let key_len = varint(&mut r)? as usize;
+                    let val_len = match varint(&mut r)? {
+                        0 => TOMBSTONE,
+                        v => u32::try_from(v - 1).ok()?,
+                    };
+                    let z = varint(&mut r)?;
+                    let seq = prev_seq.wrapping_add(((z >> 1) as i64 ^ -((z & 1) as i64)) as u64);
+                    let rec = HEADER
+                        + key_len
+                        + if val_len == TOMBSTONE {
+                            0
+                        } else {
+                            val_len as usize
+                        };
+                    let off = next_off;
+                    next_off += rec as u64;
+                    prev_seq = seq;
+                    (key_len, val_len, off, seq, body.len() - at - r.len())
+                }
+                _ => {
+                    let e = body.get(at..at + 24)?;
+                    let key_len = u32::from_le_bytes(e[0..4].try_into().ok()?) as usize;
+                    let val_len = u32::from_le_bytes(e[4..8].try_into().ok()?);
+                    let off = u64::from_le_bytes(e[8..16].try_into().ok()?);
+                    let seq = u64::from_le_bytes(e[16..24].try_into().ok()?);
+                    (key_len, val_len, off, seq, 24)
+                }
+            };
+            let key = body.get(at + head..at + head + key_len)?;
             entries.push((
                 key,
                 Loc {
@@ -2191,7 +2243,10 @@ impl Store {
                 },
             ));
             max_seq = max_seq.max(seq);
-            at += 24 + key_len;
+            at += head + key_len;
+        }
+        if at != body.len() || (data[3] == b'3' && next_off != seg_size) {
+            return None; // (not what a compaction wrote: the segment is read instead)
         }
         let items: Vec<Replayed> = entries
             .into_iter()
@@ -2208,20 +2263,28 @@ impl Store {
         Some((seg_size, max_seq))
     }
 
+    /// The hint file of compaction output `id` (`size` bytes; `entries`: its records
+    /// in order, back to back from offset 0), version 3: varints, offsets implied (see
+    /// docs/kv-format.md; older versions ignore it and read the segment's records).
     fn write_hint(&self, id: u32, size: u64, entries: &[(Vec<u8>, Loc)]) -> io::Result<()> {
-        let mut b = Vec::with_capacity(16 + entries.len() * 40);
-        // version 1 (what every uringkit reads) unless it carries tombstones, which a
-        // reader of version 1 would take for values: older versions ignore a version 2
-        // hint and read the segment's records instead
-        let carried = entries.iter().any(|(_, l)| l.is_tombstone());
-        b.extend_from_slice(if carried { b"XVH2" } else { b"XVH1" });
+        let mut b = Vec::with_capacity(20 + entries.iter().map(|e| e.0.len() + 8).sum::<usize>());
+        b.extend_from_slice(b"XVH3");
         b.extend_from_slice(&size.to_le_bytes());
         b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        let mut prev_seq = 0u64;
         for (k, l) in entries {
-            b.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            b.extend_from_slice(&l.val_len.to_le_bytes());
-            b.extend_from_slice(&l.off.to_le_bytes());
-            b.extend_from_slice(&l.seq.to_le_bytes());
+            put_varint(&mut b, k.len() as u64);
+            put_varint(
+                &mut b,
+                if l.is_tombstone() {
+                    0
+                } else {
+                    l.val_len as u64 + 1
+                },
+            );
+            let d = l.seq.wrapping_sub(prev_seq) as i64;
+            put_varint(&mut b, ((d << 1) ^ (d >> 63)) as u64);
+            prev_seq = l.seq;
             b.extend_from_slice(k);
         }
         let crc = crc32c::crc32c(&b);
@@ -5517,6 +5580,99 @@ mod tests {
         ids
     }
 
+    #[test]
+    fn varints_round_trip() {
+        for v in [0, 1, 127, 128, 300, 1 << 32, u64::MAX - 1, u64::MAX] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            let mut r = &b[..];
+            assert_eq!(varint(&mut r), Some(v));
+            assert!(r.is_empty());
+            assert_eq!(varint(&mut &b[..b.len() - 1]), None, "cut short");
+        }
+    }
+
+    #[test]
+    fn hint_files_of_every_version_are_read() {
+        // version 3 (what compaction writes now: varints, offsets implied, about half the
+        // size of version 1 for 2-byte keys) and versions 1 and 2 (older uringkit's, made
+        // here from the segment's records): the store opens from them, with every value
+        let d = tempfile::tempdir().unwrap();
+        let ids = compacted_store(d.path());
+        let hinted: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|id| d.path().join(hint_name(*id)).exists())
+            .collect();
+        assert!(!hinted.is_empty());
+        let v3: Vec<Vec<u8>> = hinted
+            .iter()
+            .map(|id| fs::read(d.path().join(hint_name(*id))).unwrap())
+            .collect();
+        assert!(v3.iter().all(|h| &h[..4] == b"XVH3"));
+        for magic in [b"XVH3", b"XVH1", b"XVH2"] {
+            if magic != b"XVH3" {
+                for id in &hinted {
+                    let data = fs::read(d.path().join(seg_name(*id))).unwrap();
+                    let mut b = magic.to_vec();
+                    b.extend_from_slice(&(data.len() as u64).to_le_bytes());
+                    let mut n = 0u32;
+                    let mut body = Vec::new();
+                    let mut off = 0;
+                    while let Ok(h) = record::parse_header(&data[off..]) {
+                        let key = &data[off + HEADER..off + HEADER + h.key_len as usize];
+                        body.extend_from_slice(&h.key_len.to_le_bytes());
+                        body.extend_from_slice(&h.val_len.to_le_bytes());
+                        body.extend_from_slice(&(off as u64).to_le_bytes());
+                        body.extend_from_slice(&h.seq.to_le_bytes());
+                        body.extend_from_slice(key);
+                        n += 1;
+                        off += h.total();
+                    }
+                    b.extend_from_slice(&n.to_le_bytes());
+                    b.extend_from_slice(&body);
+                    let crc = crc32c::crc32c(&b);
+                    b.extend_from_slice(&crc.to_le_bytes());
+                    if magic == b"XVH1" {
+                        let v1 = b.len();
+                        let v3 = fs::metadata(d.path().join(hint_name(*id))).unwrap().len();
+                        assert!(v3 as usize * 10 < v1 * 7, "v3 {v3} bytes, v1 {v1}");
+                    }
+                    fs::write(d.path().join(hint_name(*id)), b).unwrap();
+                }
+            }
+            let _ = fs::remove_file(d.path().join(snapshot::FILE));
+            let s = Store::open(d.path(), opts()).unwrap();
+            assert_eq!(s.recovery.from_hints as usize, hinted.len(), "{magic:?}");
+            assert_eq!(s.len(), 2000);
+            for i in 0..2000u32 {
+                let v = s.get(format!("k{i}").as_bytes()).unwrap().unwrap();
+                assert_eq!(v, format!("v{i:039}").into_bytes());
+            }
+            assert!(s.check().unwrap().1.is_empty());
+        }
+        // a version 3 hint whose records do not add up to its segment's length (its
+        // checksum made to hold) is not used: the segment is read instead
+        for (id, h) in hinted.iter().zip(&v3) {
+            fs::write(d.path().join(hint_name(*id)), h).unwrap();
+        }
+        let mut bad = v3[0].clone();
+        assert_eq!(bad[17], 41, "the first entry's value length + 1");
+        bad[17] = 42;
+        let n = bad.len() - 4;
+        let crc = crc32c::crc32c(&bad[..n]);
+        bad[n..].copy_from_slice(&crc.to_le_bytes());
+        fs::write(d.path().join(hint_name(hinted[0])), bad).unwrap();
+        let _ = fs::remove_file(d.path().join(snapshot::FILE));
+        let s = Store::open(d.path(), opts()).unwrap();
+        assert_eq!(s.recovery.from_hints as usize, hinted.len() - 1);
+        assert_eq!(s.len(), 2000);
+        assert_eq!(
+            s.get(b"k7").unwrap().unwrap(),
+            format!("v{:039}", 7).into_bytes()
+        );
+    }
+
     /// Offsets of the records of a segment file (by their headers).
     fn record_offsets(path: &Path) -> Vec<u64> {
         let data = fs::read(path).unwrap();
@@ -5989,10 +6145,7 @@ mod tests {
             .filter(|n| n.ends_with(".hint"))
             .map(|n| fs::read(d.path().join(n)).unwrap()[..4].to_vec())
             .collect();
-        assert!(
-            hints.iter().any(|m| m == b"XVH2"),
-            "tombstones in a hint file"
-        );
+        assert!(hints.iter().all(|m| m == b"XVH3"), "version 3 hint files");
         // compacting every segment drops the tombstones
         let s = Store::open(d.path(), opts()).unwrap();
         s.compact().unwrap();
