@@ -91,8 +91,9 @@ def main(argv: list[str]) -> int:
                 "--compression",
                 choices=("zstd", "lz4"),
                 help="rewrite the values in this compression (zstd: against a dictionary "
-                "trained first on the store's values); without it, values are copied as "
-                "they are stored",
+                "trained first on the store's values, or retrained when they have "
+                "drifted from the one it has); without it, values are copied as they "
+                "are stored",
             )
             p.add_argument(
                 "--level",
@@ -148,9 +149,10 @@ def main(argv: list[str]) -> int:
                 if a.compression:
                     now = db.stats()
                     d = now["compression_dictionary"]
+                    g = now["compression_dictionary_generation"]
                     print(
                         f"values in {a.compression}"
-                        + (f" (dictionary DICT-{d:08x})" if d else "")
+                        + (f" (dictionary DICT-{d:08x}, generation {g})" if d else "")
                         + f"; {now['bytes_on_disk']} bytes on disk"
                     )
             elif a.cmd == "check":
