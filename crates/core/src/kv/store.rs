@@ -5633,9 +5633,10 @@ mod tests {
 
     #[test]
     fn hint_files_of_every_version_are_read() {
-        // version 3 (what compaction writes now: varints, offsets implied, about half the
-        // size of version 1 for 2-byte keys) and versions 1 and 2 (older uringkit's, made
-        // here from the segment's records): the store opens from them, with every value
+        // version 3 (what compaction writes now: varints, offsets implied — here, with
+        // 2-4 byte keys, under 0.7 of version 1's size) and versions 1 and 2 (older
+        // uringkit's, made here from the segment's records): the store opens from them,
+        // with every value
         let d = tempfile::tempdir().unwrap();
         let ids = compacted_store(d.path());
         let hinted: Vec<u32> = ids
