@@ -121,6 +121,11 @@ impl Default for Options {
     }
 }
 
+/// A clean close keeps the live overlay rather than writing `INDEX` only while the log
+/// appended since `INDEX` is at most this long (or as long as `INDEX` itself): what an
+/// open after a reboot, or a read-only one, replays.
+const KEEP_OVERLAY_LOG: u64 = 64 << 20;
+
 /// Values compressed ahead of encoding ([`Store::pack`]): per op, the stored bytes and
 /// their compression flag, or None (stored as it is); empty without compression. It
 /// pins the zstd dictionaries its frames were compressed with until it is dropped —
@@ -5108,7 +5113,8 @@ impl Store {
 
     /// Close without writing `INDEX`: a store opened from it whose changes are all in the
     /// live overlay file (`OVERLAY`: at most 65,536 keys, then they join the table and
-    /// `INDEX` is written) leaves both, settled at `end` with every segment fdatasynced
+    /// `INDEX` is written), and whose log since `INDEX` is at most [`KEEP_OVERLAY_LOG`]
+    /// bytes (or `INDEX`'s own size, if larger), leaves both, settled at `end` with every segment fdatasynced
     /// — the next open takes the overlay back as it does a killed writer's (0.3 ms)
     /// instead of this close rewriting the whole table (72 MB and 80-120 ms for a
     /// million keys, after one put). After a reboot the overlay is not trusted and the
@@ -5119,13 +5125,32 @@ impl Store {
         // open checks it again, as after a killed writer — and a close waiting ~20 ms
         // for a million keys' check would be most of the close)
         let live = |st: &State| st.index.is_mapped() && st.index.is_shared();
-        if !self.state.read().is_ok_and(|st| live(&st)) || !self.dir.join(snapshot::FILE).exists() {
+        if !self.state.read().is_ok_and(|st| live(&st)) {
             return false;
         }
+        let Ok(Some(at)) = snapshot::recorded(&self.dir) else {
+            return false;
+        };
+        let index_len = fs::metadata(self.dir.join(snapshot::FILE)).map_or(0, |m| m.len());
         let Ok(mut st) = self.state.write() else {
             return false;
         };
-        if !live(&st) {
+        // The log since INDEX stays short too: it is what an open that cannot take the
+        // overlay back (after a reboot, a read-only one) replays — keys rewritten over
+        // and over keep the overlay small while the log grows.
+        let since: u64 = (st.segs.range(at.active..))
+            .map(|(id, seg)| {
+                let size = match *id == st.active {
+                    true => end,
+                    false => seg.size.load(Ordering::Relaxed),
+                };
+                match *id == at.active {
+                    true => size.saturating_sub(at.active_off),
+                    false => size,
+                }
+            })
+            .sum();
+        if !live(&st) || since > KEEP_OVERLAY_LOG.max(index_len) {
             return false;
         }
         Self::settle_overlay(&mut st, end);
@@ -6842,6 +6867,38 @@ mod tests {
         let s = Store::open(d.path(), o()).unwrap();
         assert!(!s.recovery.from_overlay && s.recovery.records == 0);
         assert_eq!(s.len(), 3000 - 3 + 3 + 900 + 1);
+    }
+
+    #[test]
+    fn a_close_after_a_long_log_writes_index_however_few_keys_changed() {
+        // ten keys rewritten over and over: a small overlay, but a long log since INDEX
+        // (what an open after a reboot would replay) — past KEEP_OVERLAY_LOG the close
+        // writes INDEX as before
+        let d = tempfile::tempdir().unwrap();
+        let index = d.path().join(snapshot::FILE);
+        let o = || Options {
+            durability: Durability::None,
+            segment_size: 256 << 20,
+            ..opts()
+        };
+        drop(Store::open(d.path(), o()).unwrap());
+        let big = vec![7u8; 64 << 10];
+        for (writes, kept) in [
+            (100, true),
+            (KEEP_OVERLAY_LOG as usize / big.len() + 10, false),
+        ] {
+            let before = fs::read(&index).unwrap();
+            let s = Store::open(d.path(), o()).unwrap();
+            for i in 0..writes {
+                s.put(format!("k{}", i % 10).as_bytes(), &big).unwrap();
+            }
+            drop(s);
+            assert_eq!(fs::read(&index).unwrap() == before, kept, "{writes} writes");
+            assert_eq!(d.path().join(overlay::FILE).exists(), kept);
+        }
+        let s = Store::open(d.path(), o()).unwrap();
+        assert!(!s.recovery.from_overlay && s.recovery.records == 0);
+        assert_eq!(s.len(), 10);
     }
 
     #[test]
