@@ -235,14 +235,21 @@ def test_zstd_trains_a_dictionary_and_uses_it(tmp_path: Path) -> None:
     assert len(list(p.glob("DICT-*"))) == 1
 
 
+def _with_dictionary(p: Path) -> tuple[kv.DB, int, int]:
+    """A zstd store at `p` whose dictionary is trained, with 300 docs written against it
+    after that: (the open store, the dictionary's id, how many docs it holds)."""
+    db = kv.open(p, durability="none", compression="zstd")
+    dict_id, n = _trained(db, 0)
+    db.write([(b"d%06d" % j, _doc(j)) for j in range(n, n + 300)])
+    return db, dict_id, n + 300
+
+
 def test_zstd_dictionary_goes_with_checkpoints_and_is_named_when_missing(
     tmp_path: Path,
 ) -> None:
     p = tmp_path / "db"
-    with kv.open(p, durability="none", compression="zstd") as db:
-        dict_id, n = _trained(db, 0)
-        db.write([(b"d%06d" % j, _doc(j)) for j in range(n, n + 300)])
-        n += 300
+    db, dict_id, n = _with_dictionary(p)
+    with db:
         db.checkpoint(tmp_path / "cp")
     want = _all_docs(n)
     name = f"DICT-{dict_id:08x}"
@@ -268,14 +275,12 @@ def test_repair_drops_what_a_missing_or_damaged_dictionary_made_unreadable(
     tmp_path: Path,
 ) -> None:
     p = tmp_path / "db"
-    with kv.open(p, durability="none", compression="zstd") as db:
-        dict_id, n = _trained(db, 0)
-        db.write([(b"d%06d" % j, _doc(j)) for j in range(n, n + 300)])
+    db, dict_id, n = _with_dictionary(p)
+    with db:
         db.put(b"d000000", _doc(10**6))  # rewritten against the dictionary
         with db.batch() as b:  # a batch with one compressed member and one too small
             b.put(b"batch-big", _doc(1))
             b.put(b"batch-small", b"x")
-        n += 300
     name = f"DICT-{dict_id:08x}"
     for how in ("missing", "damaged"):
         t = tmp_path / how

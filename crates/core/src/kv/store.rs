@@ -5255,6 +5255,16 @@ mod tests {
         }
     }
 
+    /// A test store in `d` opened with durability "none" and `o`'s other options, and
+    /// the path of its `INDEX`.
+    fn unsynced(d: &tempfile::TempDir, o: Options) -> (Options, PathBuf) {
+        let o = Options {
+            durability: Durability::None,
+            ..o
+        };
+        (o, d.path().join(snapshot::FILE))
+    }
+
     #[test]
     fn garbage_after_reads_data_regions_only() {
         // last_nonzero on its own: whole blocks, remainders, nothing
@@ -6793,11 +6803,8 @@ mod tests {
         // writing INDEX: the next open takes OVERLAY back (nothing replayed), session
         // after session, until the overlay joins the table and INDEX is written again.
         let d = tempfile::tempdir().unwrap();
-        let index = d.path().join(snapshot::FILE);
-        let o = || Options {
-            durability: Durability::None,
-            ..opts()
-        };
+        let (o, index) = unsynced(&d, opts());
+        let o = || o.clone();
         {
             let s = Store::open(d.path(), o()).unwrap();
             for i in 0..3000u32 {
@@ -6874,12 +6881,12 @@ mod tests {
         // (what an open after a reboot would replay) — past KEEP_OVERLAY_LOG the close
         // writes INDEX as before
         let d = tempfile::tempdir().unwrap();
-        let index = d.path().join(snapshot::FILE);
-        let o = || Options {
-            durability: Durability::None,
+        let big_segments = Options {
             segment_size: 256 << 20,
             ..opts()
         };
+        let (o, index) = unsynced(&d, big_segments);
+        let o = || o.clone();
         drop(Store::open(d.path(), o()).unwrap());
         let big = vec![7u8; 64 << 10];
         let past = KEEP_OVERLAY_LOG as usize / big.len() + 10;
