@@ -37,6 +37,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 pub const FILE: &str = "INDEX";
 const MAGIC: &[u8; 4] = b"XVX1";
@@ -85,7 +86,24 @@ pub struct Check {
     /// What to verify (None: decided at open) and the process whose thread does it.
     job: Option<Job>,
     pid: u32,
+    /// Held by the verifier while it maps a chunk into the store's mapping (it holds the
+    /// mapping meanwhile); `released` is set under it when the store closes. After
+    /// that the verifier never takes the mapping again, so the closing store unmaps it
+    /// itself — not the verifier a moment later, beside the next open (an unmap of a
+    /// populated 70 MB index takes the process's memory-map lock for milliseconds: the
+    /// next open's own mappings waited behind it, 1–4 ms instead of 0.04).
+    gate: Mutex<bool>,
+    /// When the check was handed to a verifier, and whether someone waits for its
+    /// verdict (see [`Check::settle`]).
+    handed: Mutex<Option<Instant>>,
+    hurry: AtomicBool,
 }
+
+/// How long a verifier lets a check it was handed lie before it starts reading: a store
+/// opened only to be closed again (a command line tool's get, a reopen loop) is then
+/// never read at all, and the open's caller has the machine to itself for its first
+/// steps. Waiting for the verdict ends the delay at once.
+const START_AFTER: Duration = Duration::from_millis(2);
 
 struct Job {
     /// the file, removed if damaged — None for a read-only store, which changes nothing
@@ -105,7 +123,34 @@ impl Check {
             done: Condvar::new(),
             job,
             pid: std::process::id(),
+            gate: Mutex::new(false),
+            handed: Mutex::new(None),
+            hurry: AtomicBool::new(false),
         })
+    }
+
+    /// Before a verifier starts: let the check lie until [`START_AFTER`] has passed
+    /// since it was handed over, unless its store closed or someone waits for it.
+    fn settle(&self) {
+        let since = *self.handed.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(since) = since else { return };
+        while since.elapsed() < START_AFTER
+            && !self.hurry.load(Ordering::Acquire)
+            && !self.is_released()
+        {
+            std::thread::sleep(Duration::from_micros(250));
+        }
+    }
+
+    /// The store that asked for this check is closing: the verifier stops at its next
+    /// chunk and no longer touches the store's mapping (see `gate`). Returns once a
+    /// chunk being mapped in has been.
+    pub fn release(&self) {
+        *self.gate.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    }
+
+    fn is_released(&self) -> bool {
+        *self.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Verify now, on this thread; a damaged snapshot is removed (the next open then
@@ -120,17 +165,21 @@ impl Check {
         // then mapped into the store's mapping, so that the index is in memory and stays
         // there once this is done; lookups meanwhile fault in single pages. (The mapping
         // is looked up per chunk: this thread does not keep a closed store's alive.)
-        let mut abandoned = false;
-        let v = verify(&j.file, j.layout, |off, len| {
-            if !wanted() {
-                abandoned = true;
-                return false;
-            }
-            if let Some(m) = j.map.upgrade() {
-                m.populate(off as usize, len);
-            }
-            true
-        });
+        let mut abandoned = self.is_released() || !wanted();
+        let v = match abandoned {
+            true => Err(String::new()),
+            false => verify(&j.file, j.layout, |off, len| {
+                let released = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+                if *released || !wanted() {
+                    abandoned = true;
+                    return false;
+                }
+                if let Some(m) = j.map.upgrade() {
+                    m.populate(off as usize, len);
+                }
+                true
+            }),
+        };
         if abandoned {
             ABANDONED.fetch_add(1, Ordering::Relaxed);
             return;
@@ -148,6 +197,7 @@ impl Check {
         if self.good.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.hurry.store(true, Ordering::Release);
         if self.pid != std::process::id() && !self.is_done() {
             // a forked child: the verifying thread stayed in the parent
             self.run(|| true);
@@ -182,37 +232,53 @@ impl Check {
         if self.job.is_none() || self.is_done() {
             return;
         }
+        *self.handed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         if let Err(me) = verifier::hand_off(self.clone()) {
             me.run(|| true);
         }
     }
 }
 
-/// The threads that verify snapshots. Starting a thread costs 40-60 µs here, a fifth of
-/// what the rest of an open after a crash takes, so a thread that finished a check waits
-/// a while for the next one (a process reopening stores) before it exits.
+/// The threads that verify snapshots, fed from one queue. Starting a thread costs
+/// 40-60 µs here, a fifth of what the rest of an open after a crash takes, so a thread
+/// that finished a check waits a while for the next one (a process reopening stores)
+/// before it exits. A store closed and reopened at once finds its previous check still
+/// running, about to stop (it was released): its new check waits for that thread rather
+/// than starting another one beside it.
 mod verifier {
     use super::Check;
+    use std::collections::VecDeque;
     use std::sync::atomic::{AtomicU32, Ordering};
-    use std::sync::{mpsc, Arc, Mutex};
+    use std::sync::{Arc, Condvar, Mutex, Weak};
     use std::time::Duration;
 
     /// How long a verifier waits for its next check.
     const IDLE: Duration = Duration::from_secs(10);
 
-    /// Waiting verifiers (an id, the way to hand it a check) and the last id given.
-    type Idle = (Vec<(u64, mpsc::Sender<Arc<Check>>)>, u64);
-    static IDLE_WORKERS: Mutex<Idle> = Mutex::new((Vec::new(), 0));
+    struct Pool {
+        queue: VecDeque<Arc<Check>>,
+        /// threads waiting for a check
+        idle: usize,
+        /// the checks being run (weak: `still_wanted` counts the strong references)
+        running: Vec<Weak<Check>>,
+    }
+
+    static POOL: Mutex<Pool> = Mutex::new(Pool {
+        queue: VecDeque::new(),
+        idle: 0,
+        running: Vec::new(),
+    });
+    static WORK: Condvar = Condvar::new();
     /// The process whose threads these are: a forked child (which has none of them, and
     /// may have inherited the lock held) starts a thread per check instead.
     static OWNER: AtomicU32 = AtomicU32::new(0);
 
-    fn lock() -> std::sync::MutexGuard<'static, Idle> {
-        IDLE_WORKERS.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock() -> std::sync::MutexGuard<'static, Pool> {
+        POOL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Run `check` on a waiting verifier, or on a new one; `Err` gives it back when no
-    /// thread could be started (the caller then verifies it itself).
+    /// Run `check` on a verifier thread; `Err` gives it back when no thread could be
+    /// started (the caller then verifies it itself).
     pub fn hand_off(check: Arc<Check>) -> Result<(), Arc<Check>> {
         let pid = std::process::id();
         let owner = match OWNER.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire) {
@@ -220,26 +286,38 @@ mod verifier {
             Err(o) => o,
         };
         if owner != pid {
-            return spawn(check, None);
+            return spawn(Some(check), false);
         }
         let mut g = lock();
-        if let Some((_, tx)) = g.0.pop() {
-            drop(g);
-            // (a verifier only leaves the list to exit when nobody took its sender)
-            return match tx.send(check) {
-                Ok(()) => Ok(()),
-                Err(e) => spawn(e.0, None),
-            };
+        g.queue.push_back(check);
+        // threads that will be free in a moment: waiting ones, and those whose check's
+        // store has been closed (they stop at their next chunk)
+        let stopping = g.running.iter().filter(|w| ending(w)).count();
+        if g.idle > 0 {
+            WORK.notify_one();
+            return Ok(());
         }
-        g.1 += 1;
-        let id = g.1;
+        if stopping >= g.queue.len() {
+            return Ok(());
+        }
+        let mine = g.queue.pop_back().expect("just pushed");
         drop(g);
-        spawn(check, Some(id))
+        spawn(Some(mine), true)
     }
 
-    /// A thread for `first`, which then waits for more checks if it has an `id`.
-    fn spawn(first: Arc<Check>, id: Option<u64>) -> Result<(), Arc<Check>> {
+    /// Whether the check `w` is as good as done: its store closed, or gone.
+    fn ending(w: &Weak<Check>) -> bool {
+        w.upgrade().is_none_or(|c| c.is_released())
+    }
+
+    /// A thread for `first`, which then serves the queue if `serves`.
+    fn spawn(first: Option<Arc<Check>>, serves: bool) -> Result<(), Arc<Check>> {
         let mine = first.clone();
+        if serves {
+            if let Some(c) = &mine {
+                lock().running.push(Arc::downgrade(c));
+            }
+        }
         std::thread::Builder::new()
             .name("uringkit-index".into())
             .spawn(move || {
@@ -250,38 +328,58 @@ mod verifier {
                 // scheduler ignores it, nothing changes.
                 // SAFETY: ioprio_set only changes this thread's I/O priority.
                 unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
-                mine.run(|| still_wanted(&mine));
-                drop(mine);
-                if let Some(id) = id {
-                    serve(id);
+                if let Some(c) = mine {
+                    c.settle();
+                    c.run(|| still_wanted(&c));
+                    if serves {
+                        done(&c);
+                    }
+                }
+                if serves {
+                    serve();
                 }
             })
             .map(|_| ())
-            .map_err(|_| first)
+            .map_err(|_| {
+                if let Some(c) = &first {
+                    done(c);
+                }
+                first.expect("a check to give back")
+            })
     }
 
-    /// Wait for checks (up to `IDLE` for each), run them, and exit when none comes.
-    fn serve(id: u64) {
-        let (tx, rx) = mpsc::channel::<Arc<Check>>();
+    /// `c` no longer runs.
+    fn done(c: &Arc<Check>) {
+        let mut g = lock();
+        let me = Arc::downgrade(c);
+        if let Some(i) = g.running.iter().position(|w| w.ptr_eq(&me)) {
+            g.running.swap_remove(i);
+        }
+    }
+
+    /// Run queued checks, waiting up to `IDLE` for each; exit when none comes.
+    fn serve() {
+        let mut g = lock();
         loop {
-            lock().0.push((id, tx.clone()));
-            let next = match rx.recv_timeout(IDLE) {
-                Ok(c) => c,
-                Err(_) => {
-                    let mut g = lock();
-                    if let Some(i) = g.0.iter().position(|(x, _)| *x == id) {
-                        g.0.swap_remove(i);
-                        return;
-                    }
-                    drop(g);
-                    // taken from the list meanwhile: its check is on its way
-                    match rx.recv() {
-                        Ok(c) => c,
-                        Err(_) => return,
-                    }
-                }
-            };
-            next.run(|| still_wanted(&next));
+            if let Some(c) = g.queue.pop_front() {
+                g.running.push(Arc::downgrade(&c));
+                drop(g);
+                c.settle();
+                c.run(|| still_wanted(&c));
+                done(&c);
+                drop(c);
+                g = lock();
+                continue;
+            }
+            g.idle += 1;
+            let (back, timeout) = WORK
+                .wait_timeout(g, IDLE)
+                .unwrap_or_else(|e| e.into_inner());
+            g = back;
+            g.idle -= 1;
+            if timeout.timed_out() && g.queue.is_empty() {
+                return;
+            }
         }
     }
 

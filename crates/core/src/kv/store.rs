@@ -1495,9 +1495,6 @@ impl Store {
             _ => None,
         };
         let overlay_pending = overlay_due.is_some();
-        if let Some(c) = &index_check {
-            c.start(); // (after the replay: see Check::start)
-        }
         rec.segments = raw.len();
         guard.0.clear(); // from here on, Segment owns each fd
         let mut segs: BTreeMap<u32, Arc<Segment>> = raw
@@ -1608,6 +1605,12 @@ impl Store {
             }
         }
         let zstd = Zstd::with_known(dir, level, Some(dict_ids));
+        // After the replay (see Check::start) and after this open's own mappings: the
+        // verifier maps the index in as it reads it, and a mapping made meanwhile waits
+        // for each of those.
+        if let Some(c) = &index_check {
+            c.start();
+        }
         let born = fork::generation();
         if !ro {
             // (a forked child lets the lock go: see sys/fork.rs)
@@ -5241,6 +5244,10 @@ impl Drop for Store {
         fork::release_lock(self.lock_fd);
         // SAFETY: lock_fd is ours; closing releases the flock.
         unsafe { libc::close(self.lock_fd) };
+        // (the verifier lets go of the index's mapping: it is unmapped as this returns)
+        if let Some(c) = &self.index_check {
+            c.release();
+        }
     }
 }
 
