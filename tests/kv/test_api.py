@@ -1072,7 +1072,7 @@ def test_index_verification_threads_are_reused(tmp_path: Path) -> None:
             assert db.recovery["from_snapshot"] and db.stats()["index_mapped"] == 1
             assert db.get(b"absent") is None  # (waits for the verdict)
             assert db.stats()["index_verified"] == 1
-            db.put(b"another", b"x")  # (so that close writes a new INDEX)
+            db.put(b"another", b"x")  # (each open checks INDEX again all the same)
     assert 1 <= _threads_named("uringkit-index") <= max(before, 1)
     # opened and closed at once, again and again (a reopen loop, a command line tool's
     # get): each check is dropped before it starts reading, and the next one waits for

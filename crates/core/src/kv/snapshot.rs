@@ -289,6 +289,11 @@ mod verifier {
             return spawn(Some(check), false);
         }
         let mut g = lock();
+        // (checks whose store closed before they started are dropped: as if abandoned)
+        let before = g.queue.len();
+        g.queue.retain(|c| !c.is_released());
+        let dropped = before - g.queue.len();
+        super::ABANDONED.fetch_add(dropped as u64, Ordering::Relaxed);
         g.queue.push_back(check);
         // threads that will be free in a moment: waiting ones, and those whose check's
         // store has been closed (they stop at their next chunk)
@@ -328,57 +333,60 @@ mod verifier {
                 // scheduler ignores it, nothing changes.
                 // SAFETY: ioprio_set only changes this thread's I/O priority.
                 unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
-                if let Some(c) = mine {
-                    c.settle();
-                    c.run(|| still_wanted(&c));
-                    if serves {
-                        done(&c);
+                match serves {
+                    true => serve(mine),
+                    false => {
+                        if let Some(c) = mine {
+                            c.settle();
+                            c.run(|| still_wanted(&c));
+                        }
                     }
-                }
-                if serves {
-                    serve();
                 }
             })
             .map(|_| ())
             .map_err(|_| {
                 if let Some(c) = &first {
-                    done(c);
+                    let me = Arc::downgrade(c);
+                    lock().running.retain(|w| !w.ptr_eq(&me));
                 }
                 first.expect("a check to give back")
             })
     }
 
-    /// `c` no longer runs.
-    fn done(c: &Arc<Check>) {
-        let mut g = lock();
-        let me = Arc::downgrade(c);
-        if let Some(i) = g.running.iter().position(|w| w.ptr_eq(&me)) {
-            g.running.swap_remove(i);
-        }
-    }
-
-    /// Run queued checks, waiting up to `IDLE` for each; exit when none comes.
-    fn serve() {
-        let mut g = lock();
+    /// Run `first` (listed as running), then queued checks, waiting up to `IDLE` for
+    /// each; exit when none comes. Between two checks the thread goes from running to
+    /// waiting under one hold of the lock: a check handed off meanwhile finds it one or
+    /// the other, never neither (which would start another thread).
+    fn serve(first: Option<Arc<Check>>) {
+        let mut next = first;
         loop {
-            if let Some(c) = g.queue.pop_front() {
-                g.running.push(Arc::downgrade(&c));
-                drop(g);
-                c.settle();
-                c.run(|| still_wanted(&c));
-                done(&c);
-                drop(c);
-                g = lock();
-                continue;
-            }
-            g.idle += 1;
-            let (back, timeout) = WORK
-                .wait_timeout(g, IDLE)
-                .unwrap_or_else(|e| e.into_inner());
-            g = back;
-            g.idle -= 1;
-            if timeout.timed_out() && g.queue.is_empty() {
-                return;
+            let mut g = match next.take() {
+                Some(c) => {
+                    c.settle();
+                    c.run(|| still_wanted(&c));
+                    let me = Arc::downgrade(&c);
+                    drop(c);
+                    let mut g = lock();
+                    g.running.retain(|w| !w.ptr_eq(&me));
+                    g
+                }
+                None => lock(),
+            };
+            loop {
+                if let Some(c) = g.queue.pop_front() {
+                    g.running.push(Arc::downgrade(&c));
+                    next = Some(c);
+                    break;
+                }
+                g.idle += 1;
+                let (back, timeout) = WORK
+                    .wait_timeout(g, IDLE)
+                    .unwrap_or_else(|e| e.into_inner());
+                g = back;
+                g.idle -= 1;
+                if timeout.timed_out() && g.queue.is_empty() {
+                    return;
+                }
             }
         }
     }
