@@ -203,6 +203,90 @@ def test_read_only_opens_map_index_and_leave_a_damaged_one(tmp_path: Path) -> No
     assert not index.exists()
 
 
+def test_read_only_open_takes_a_closed_writers_overlay(tmp_path: Path) -> None:
+    """A writer that changed a few keys of a store opened from INDEX closes keeping its
+    live overlay (OVERLAY) instead of rewriting INDEX; a read-only open copies that
+    overlay rather than replaying every record since INDEX — puts, overwrites and
+    deletes (snapshot slots the overlay erased) all seen, nothing changed on disk."""
+    p = tmp_path / "db"
+    model = {b"key%d" % i: b"v%d" % i for i in range(20_000)}
+    with kv.open(p, durability="none") as db:
+        db.write(list(model.items()))
+    for round_ in range(2):
+        with kv.open(p, durability="none") as db:
+            for i in range(300):
+                k, v = b"new%d-%d" % (round_, i), b"n%d" % i
+                db.put(k, v)
+                model[k] = v
+                k = b"key%d" % (round_ * 1000 + i)
+                db.put(k, b"over%d" % round_)
+                model[k] = b"over%d" % round_
+                k = b"key%d" % (10_000 + round_ * 1000 + i)
+                assert db.delete(k)
+                del model[k]
+        assert (p / "OVERLAY").exists(), "the close kept the overlay"
+        before = tree(p)
+        with kv.open(p, read_only=True) as db:
+            assert db.recovery["from_snapshot"] and db.recovery["from_overlay"]
+            assert db.recovery["records"] == 0, "nothing since INDEX replayed"
+            assert len(db) == len(model)
+            assert dict(db.items()) == model
+            assert db.get(b"key%d" % (10_000 + round_ * 1000)) is None
+            assert db.check()[1] == []
+        assert tree(p) == before
+
+
+LIVE_BATCHES = """
+import sys
+from uringkit import kv
+import time
+# (no auto-compaction: it would drop INDEX, and the overlay with it, for the session)
+db = kv.open(sys.argv[1], durability="none", auto_compact=None)
+print("ready", flush=True)
+i = 0
+while True:
+    # one batch per round: key i % 500 gets round i, "last" says the round (500 keys
+    # of the 20,000: the overlay file holds every change)
+    db.write([(b"k%05d" % (i % 500), b"%d" % i), (b"last", b"%d" % i)])
+    i += 1
+    if i % 20 == 0:
+        time.sleep(0.0002)  # (a log of a few MB, not hundreds, for the readers' replays)
+"""
+
+
+def test_read_only_opens_copy_a_live_writers_overlay_consistently(tmp_path: Path) -> None:
+    """Read-only opens beside a writer that never stops updating its live overlay: a
+    copy of it counts only if the writer changed nothing while it was taken (a seqlock
+    on the overlay's `busy` word), else the open replays from INDEX. Either way every
+    open sees one moment of the writer: after round L, the 500 rounds up to L exactly —
+    no key from before it, none from after."""
+    p = tmp_path / "db"
+    with kv.open(p, durability="none") as db:
+        db.write([(b"k%05d" % i, b"0") for i in range(20_000)] + [(b"last", b"0")])
+    w = subprocess.Popen(
+        [sys.executable, "-c", LIVE_BATCHES, str(p)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert w.stdout is not None and w.stdout.readline() == "ready\n"
+        opens, copied = 0, 0
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline or opens < 20:
+            with kv.open(p, read_only=True) as db:
+                copied += db.recovery["from_overlay"]
+                last = int(db.get(b"last") or b"0")
+                got = dict(zip(db.keys(), db.values()))
+            opens += 1
+            for j in range(max(0, last - 499), last + 1):
+                assert got[b"k%05d" % (j % 500)] == b"%d" % j, (last, j)
+        assert w.poll() is None
+        assert copied > 0, f"no open of {opens} took the overlay"
+    finally:
+        w.kill()
+        w.wait()
+        if w.stdout is not None:
+            w.stdout.close()
+
+
 FOLLOWED = """
 import sys
 from uringkit import kv

@@ -848,6 +848,40 @@ impl Index {
     /// Take back the overlay a killed process left in `sh` (header `h`) on this index,
     /// fresh from its snapshot. False (nothing changed) if they do not fit together.
     pub fn restore(&mut self, sh: Shared, h: &overlay::Header) -> bool {
+        if !self.restorable(h) {
+            return false;
+        }
+        let (ctrl, slots) = sh.table_arrays();
+        let (map, ptr, cap) = sh.tail();
+        let Ok(tail_len) = usize::try_from(h.at.tail_len) else {
+            return false;
+        };
+        let tail = Tail::Shared {
+            _map: map,
+            ptr,
+            len: tail_len.min(cap),
+            cap,
+        };
+        if !self.restore_from(ctrl, slots, tail, h) {
+            return false;
+        }
+        self.shared = Some(sh);
+        true
+    }
+
+    /// [`Index::restore`] from a copy of a writer's overlay ([`overlay::copy`]), for a
+    /// read-only store: the overlay then lives on the heap, as the store's own.
+    pub fn restore_copied(&mut self, c: overlay::Copied, h: &overlay::Header) -> bool {
+        if !self.restorable(h) || c.tail.len() as u64 != h.at.tail_len {
+            return false;
+        }
+        self.restore_from(c.ctrl.into(), c.slots.into(), Tail::Heap(c.tail), h)
+    }
+
+    /// Whether an overlay with header `h` fits this index: one fresh from its snapshot
+    /// (nothing changed yet), the same key arena, erased slots that hold entries of the
+    /// snapshot, each listed once.
+    fn restorable(&self, h: &overlay::Header) -> bool {
         let fresh = self.table.is_mapped()
             && self.over.is_empty()
             && self.arena.tail.len() == 0
@@ -869,12 +903,19 @@ impl Index {
         {
             return false;
         }
-        let (ctrl, slots) = sh.table_arrays();
-        let (Ok(items), Ok(deleted), Ok(tail_len)) = (
-            usize::try_from(h.at.items),
-            usize::try_from(h.at.deleted),
-            usize::try_from(h.at.tail_len),
-        ) else {
+        true
+    }
+
+    /// Take the overlay's table and key tail in (see [`Index::restore`]).
+    fn restore_from(
+        &mut self,
+        ctrl: Arr<u8>,
+        slots: Arr<Entry>,
+        tail: Tail,
+        h: &overlay::Header,
+    ) -> bool {
+        let (Ok(items), Ok(deleted)) = (usize::try_from(h.at.items), usize::try_from(h.at.deleted))
+        else {
             return false;
         };
         let Some(over) = Table::from_counted(ctrl, slots, items, deleted) else {
@@ -887,17 +928,10 @@ impl Index {
             self.table.erase(s as usize);
         }
         self.erased = Some(h.erased.clone());
-        let (map, ptr, cap) = sh.tail();
-        self.arena.tail = Tail::Shared {
-            _map: map,
-            ptr,
-            len: tail_len.min(cap),
-            cap,
-        };
+        self.arena.tail = tail;
         self.over = over;
         self.shadows = h.at.shadows as usize;
         self.dead = h.at.dead as usize;
-        self.shared = Some(sh);
         true
     }
 

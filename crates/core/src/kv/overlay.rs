@@ -19,6 +19,11 @@
 //! over another snapshot (the snapshot's identity is in the header), of another layout,
 //! or whose counts do not match its control bytes.
 //!
+//! A read-only process never uses the file in place (the writer changes it): it takes
+//! a copy ([`copy`]) that counts only if `busy` was even before it and unchanged after
+//! it — a seqlock, so the writer orders `busy` and the update's stores with release
+//! fences, not compiler fences alone.
+//!
 //! Layout (little-endian u64 header words, then page-aligned sections, sized per store
 //! by [`Layout::for_snapshot`] — 0.12 MiB for a small store, 7.4 MiB at most — and
 //! fully allocated with `fallocate`, so that no store into it can fault on a full disk):
@@ -250,10 +255,18 @@ impl Shared {
     /// The overlay a killed process left over the snapshot `ident`, if it is one this
     /// process may trust (see the module docs); `None` otherwise.
     pub fn open(dir: &Path, ident: u64) -> Option<(Shared, Header)> {
+        Self::load(dir, ident, true).map(|(sh, h, _)| (sh, h))
+    }
+
+    /// [`Shared::open`]; `writable` false maps the file privately from a read-only
+    /// descriptor (nothing is ever written through it: it reads the page cache, which a
+    /// live writer may be changing — see [`copy`]). Also returns the `busy` word as it
+    /// was read before anything else.
+    fn load(dir: &Path, ident: u64, writable: bool) -> Option<(Shared, Header, u64)> {
         let path = dir.join(FILE);
         let f = std::fs::OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(writable)
             .open(&path)
             .ok()?;
         let len = f.metadata().ok()?.len();
@@ -264,7 +277,12 @@ impl Shared {
         if len < PAGE as u64 || len > most.file_len() as u64 {
             return None;
         }
-        let map = Map::shared(std::os::fd::AsRawFd::as_raw_fd(&f), len as usize).ok()?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        let map = match writable {
+            true => Map::shared(fd, len as usize),
+            false => Map::private(fd, len as usize),
+        }
+        .ok()?;
         drop(f);
         map.advise_random();
         // (the layout is read from the header, then checked against the file's size)
@@ -276,6 +294,8 @@ impl Shared {
                 tail_cap: 0,
             },
         };
+        // (first: a reader beside a live writer compares it with what it is at the end)
+        let busy = sh.word(W::Busy).load(Ordering::Acquire);
         sh.lay = Layout {
             buckets: usize::try_from(sh.get(W::Buckets)).ok()?,
             tail_cap: usize::try_from(sh.get(W::TailCap)).ok()?,
@@ -288,7 +308,7 @@ impl Shared {
         let ok = sh.get(W::Magic) == MAGIC
             && sh.get(W::Ident) == ident
             && [sh.get(W::Boot), sh.get(W::Boot2)] == boot
-            && sh.get(W::Busy) & 1 == 0;
+            && busy & 1 == 0;
         if !ok {
             return None;
         }
@@ -337,7 +357,7 @@ impl Shared {
             erased,
             segs,
         };
-        Some((sh, h))
+        Some((sh, h, busy))
     }
 
     fn bytes(&self, off: usize, len: usize) -> &[u8] {
@@ -378,11 +398,13 @@ impl Shared {
         let v = b.load(Ordering::Relaxed);
         if v & 1 == 0 {
             b.store(v + 1, Ordering::Relaxed);
-            // No store of the update may be emitted before this one. Only the order of
-            // this thread's own stores matters (a killed process stops between two
-            // instructions; every store before that reaches the page cache): a compiler
-            // fence, no locked instruction.
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            // No store of the update may be emitted before this one. For a killed
+            // process only the order of this thread's own stores matters (it stops
+            // between two instructions; every store before that reaches the page
+            // cache); a read-only process copying the file meanwhile ([`copy`]) must
+            // also see them in this order: a release fence — no instruction on x86,
+            // whose stores are seen in program order, a barrier on ARM.
+            std::sync::atomic::fence(Ordering::Release);
         }
     }
 
@@ -430,9 +452,8 @@ impl Shared {
         let b = self.word(W::Busy);
         let v = b.load(Ordering::Relaxed);
         if v & 1 == 1 {
-            // every store above (and the update's) is emitted before this one
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-            b.store(v + 1, Ordering::Relaxed);
+            // every store above (and the update's) is seen before this one
+            b.store(v + 1, Ordering::Release);
         }
     }
 
@@ -441,6 +462,56 @@ impl Shared {
         self.begin();
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// A copy of the overlay a writer keeps (see [`copy`]).
+pub struct Copied {
+    pub ctrl: Vec<u8>,
+    pub slots: Vec<Entry>,
+    /// the keys added since the snapshot (the used part of the key tail)
+    pub tail: Vec<u8>,
+}
+
+/// A consistent copy of the overlay over the snapshot `ident` that a writer — closed,
+/// or live in another process — keeps, for a read-only open: it then replays only the
+/// records after the position the copy covers, not every one since `INDEX`. A seqlock
+/// read: the copy counts if `busy` was even before it and unchanged after it (the
+/// writer makes it odd before an update touches the file and even once it is settled,
+/// each with release ordering); `None` if the file is not one to trust (see the module
+/// docs) or changed meanwhile — the caller replays from the snapshot, as without it.
+pub fn copy(dir: &Path, ident: u64) -> Option<(Copied, Header)> {
+    let (sh, h, busy) = Shared::load(dir, ident, false)?;
+    let lay = sh.lay;
+    let tail_len = usize::try_from(h.at.tail_len).ok()?;
+    sh.map
+        .populate(lay.slots_off(), lay.buckets * std::mem::size_of::<Entry>());
+    let ctrl = sh.bytes(lay.ctrl_off(), lay.buckets + GROUP).to_vec();
+    let mut slots = vec![Entry::default(); lay.buckets];
+    // SAFETY: the slots section lies inside the mapping (the layout was checked against
+    // the file's length), Entry is repr(C) integers that accept any bytes, and the
+    // destination holds exactly `buckets` entries. The bytes may change while they are
+    // copied (the writer is another process, invisible to the compiler): whether they
+    // did is checked below, and a copy that saw a change is thrown away.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            sh.map.as_ptr().add(lay.slots_off()).cast::<Entry>(),
+            slots.as_mut_ptr(),
+            lay.buckets,
+        )
+    };
+    let tail = sh.bytes(lay.tail_off(), tail_len).to_vec();
+    // everything above was read before `busy` is read again
+    std::sync::atomic::fence(Ordering::Acquire);
+    if sh.word(W::Busy).load(Ordering::Relaxed) != busy {
+        return None;
+    }
+    // (checked again on the copy: the mapped control bytes may have changed under the
+    // first count)
+    match super::table::count_ctrl(&ctrl, lay.buckets) {
+        Some((i, d)) if i as u64 == h.at.items && d as u64 == h.at.deleted => {}
+        _ => return None,
+    }
+    Some((Copied { ctrl, slots, tail }, h))
 }
 
 /// Remove a stale `OVERLAY` (one nobody maps).
