@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,14 @@ class Base:
                 if i == 1500:
                     db.compact()
             if compression is not None:
+                # (trained in the background from the first 1,000 values: it may still
+                # be training — the compaction above did not wait — so wait, then
+                # compact again so that every value is compressed against it)
+                deadline = time.monotonic() + 30
+                while db.stats()["compression_dictionary"] <= 1 and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 assert db.stats()["compression_dictionary"] > 1, "no dictionary trained"
+                db.compact()
 
     def opts(self) -> dict[str, Any]:
         """How every open of this store (and its damaged copies) is made."""
