@@ -1,7 +1,7 @@
 //! The key → position index, in native memory: keys live back to back in one arena
-//! (`[u32 len][bytes]`), a [`Table`] holds 24-byte entries pointing into it. Overhead per
-//! key beyond the key itself: 4 (length) + up to 3 (alignment) + (24 + 1 control byte) /
-//! load, 29–57 bytes (58 resident per key measured at 1M keys, 50 at 100K) — no Python
+//! (`[u32 len][bytes]`), a [`Table`] holds 16-byte entries pointing into it. Overhead per
+//! key beyond the key itself: 4 (length) + up to 3 (alignment) + (16 + 1 control byte) /
+//! load, 23–46 bytes (39.7 resident per key measured at 1M keys) — no Python
 //! object per key. The hash is seeded per store and stable
 //! across processes, so the whole index can be written out and read back (see
 //! [`Index::to_parts`]) instead of rebuilt key by key.
@@ -21,7 +21,6 @@ pub struct Loc {
     pub val_len: u32,
     /// Offset of the record (its header) in the segment.
     pub off: u64,
-    pub seq: u64,
 }
 
 pub const TOMBSTONE: u32 = u32::MAX;
@@ -32,9 +31,10 @@ impl Loc {
     }
 }
 
-/// 24 bytes: the key's position in the arena (in 4-byte units: arenas up to 16 GiB) and
-/// the location with a 32-bit offset (segments are at most 2 GiB). `repr(C)` without
-/// padding: the table is written to disk as raw bytes.
+/// 16 bytes: the key's position in the arena (in 4-byte units: arenas up to 16 GiB) and
+/// the location with a 32-bit offset (segments are at most 2 GiB). No sequence number:
+/// only recovery compares them, and keeps them aside meanwhile (see `Index::seqs`).
+/// `repr(C)` without padding: the table is written to disk as raw bytes.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 pub struct Entry {
@@ -42,10 +42,9 @@ pub struct Entry {
     seg: u32,
     val_len: u32,
     off: u32,
-    seq: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 24);
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
 
 impl Entry {
     /// `n` zeroed entries (in memory hinted for huge pages). Fresh pages from the
@@ -84,14 +83,12 @@ impl Entry {
             seg: self.seg,
             val_len: self.val_len,
             off: self.off as u64,
-            seq: self.seq,
         }
     }
     fn set_loc(&mut self, l: Loc) {
         self.seg = l.seg;
         self.val_len = l.val_len;
         self.off = l.off as u32;
-        self.seq = l.seq;
     }
 }
 
@@ -269,6 +266,15 @@ impl Arena {
         }
     }
 
+    /// Bytes the arena holds room for without growing.
+    fn capacity(&self) -> usize {
+        self.base.len()
+            + match &self.tail {
+                Tail::Heap(v) => v.capacity(),
+                Tail::Shared { cap, .. } => *cap,
+            }
+    }
+
     fn bytes_used(&self) -> usize {
         self.base.bytes_used()
             + match &self.tail {
@@ -306,7 +312,47 @@ pub struct Index {
     /// The live overlay file, while the overlay, its keys and `erased` live there (see
     /// [`overlay`]): every change makes it "busy" until [`Index::settle`].
     shared: Option<Shared>,
+    /// During a recovery that compares sequence numbers (segments replayed in an order
+    /// that is not the records' — compaction outputs among them): the sequence number
+    /// of each entry put with one, by arena position. An entry without one (from a
+    /// snapshot, which only ever precedes what is replayed after it) counts as older.
+    /// Dropped by [`Index::end_recovery`]: entries keep no sequence number (8 bytes a
+    /// slot: 16 MB of a million keys' table).
+    seqs: Option<Seqs>,
 }
+
+/// Sequence numbers kept aside during a recovery (see `Index::seqs`), by arena position.
+/// Where keys are short, in an array with a slot per 4-byte unit of the arena: new keys
+/// are appended to the arena, so their numbers are written one after the other — a
+/// hash map took a cache miss per record (1M records: 95 → 195 ms to rebuild). Where
+/// keys are long the array would be mostly holes: a hash map then.
+enum Seqs {
+    /// `seq + 1` at `at / 4` (0: none)
+    Dense(Vec<u64>),
+    Sparse(std::collections::HashMap<u64, u64, FixedState>),
+}
+
+/// `n` zeros, in fresh memory (zero pages from the system, not written twice) hinted
+/// for huge pages.
+fn zeroed_u64(n: usize) -> Vec<u64> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let layout = std::alloc::Layout::array::<u64>(n).expect("seqs too large");
+    // SAFETY: the layout is non-zero-sized (n > 0).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    super::table::hugepage_hint(ptr.cast(), layout.size());
+    // SAFETY: allocated by the global allocator with the layout of n u64s, all zero
+    // (a valid u64), so length and capacity n are correct.
+    unsafe { Vec::from_raw_parts(ptr, n, n) }
+}
+
+/// Arena units per key past which [`Seqs::Dense`] turns into [`Seqs::Sparse`]: keys
+/// averaging over ~28 bytes (the array's 64 bytes per key would rival the table).
+const DENSE_UNITS_PER_KEY: usize = 8;
 
 /// Past this many tombstones, purging passes over the whole table instead.
 const TOMBSTONED_MAX: usize = 1 << 16;
@@ -360,6 +406,7 @@ impl Index {
             tombstoned: Vec::new(),
             erased: None,
             shared: None,
+            seqs: None,
         }
     }
 
@@ -417,48 +464,118 @@ impl Index {
             .filter(|l| !l.is_tombstone())
     }
 
-    /// Insert or replace. With `only_newer`, an existing entry with a higher sequence
-    /// number wins (recovery replays segments in any order). Returns the replaced location.
-    pub fn put(&mut self, key: &[u8], loc: Loc, only_newer: bool) -> Option<Loc> {
-        match self.put_with(key, loc, only_newer) {
+    /// Insert or replace. With a sequence number (`seq`) after [`Index::track_seqs`]
+    /// (recovery: segments replayed in any order), an existing entry put with a higher
+    /// one wins. Returns the replaced location.
+    pub fn put(&mut self, key: &[u8], loc: Loc, seq: Option<u64>) -> Option<Loc> {
+        match self.put_with(key, loc, seq) {
             Put::Replaced(old) => Some(old),
             Put::Inserted | Put::Ignored => None,
         }
     }
 
-    /// [`Index::put`], saying whether the entry was new, replaced or (`only_newer`) kept.
-    pub fn put_with(&mut self, key: &[u8], loc: Loc, only_newer: bool) -> Put {
+    /// [`Index::put`], saying whether the entry was new, replaced or (`seq`) kept.
+    pub fn put_with(&mut self, key: &[u8], loc: Loc, seq: Option<u64>) -> Put {
         let h = self.hash(key);
-        self.put_hashed(key, h, loc, only_newer)
+        self.put_hashed(key, h, loc, seq)
+    }
+
+    /// A recovery that replays segments in an order that is not their records' (from
+    /// the segments and hint files alone: compaction outputs among them) begins: puts
+    /// with a sequence number keep the newest from here on. (After a snapshot, what is
+    /// replayed only ever follows it: no need.)
+    pub fn track_seqs(&mut self) {
+        self.seqs = Some(Seqs::Dense(Vec::new()));
+    }
+
+    /// A recovery is over: the sequence numbers it kept aside go (see `seqs`).
+    pub fn end_recovery(&mut self) {
+        self.seqs = None;
+    }
+
+    /// Whether a put with sequence number `seq` over the entry at arena position `at`
+    /// loses to it (recovery only).
+    fn older(&self, at: u64, seq: Option<u64>) -> bool {
+        match (seq, &self.seqs) {
+            (Some(seq), Some(Seqs::Dense(v))) => {
+                v.get((at / 4) as usize).is_some_and(|&s| s > seq + 1)
+            }
+            (Some(seq), Some(Seqs::Sparse(m))) => m.get(&at).is_some_and(|&s| s > seq),
+            _ => false,
+        }
+    }
+
+    /// Note `seq` as the entry's at arena position `at` (recovery only).
+    fn note_seq(&mut self, at: u64, seq: Option<u64>) {
+        let (Some(seq), true) = (seq, self.seqs.is_some()) else {
+            return;
+        };
+        let i = (at / 4) as usize;
+        let (units, keys) = (self.arena.len() / 4 + 1, self.table.len() + self.over.len());
+        // (the arena's capacity, as far as a dense array is worth it for the keys the
+        // table has room for)
+        let room = self.table.len() + self.table.room();
+        let cap_units = (self.arena.capacity() / 4 + 1).min(DENSE_UNITS_PER_KEY * (room + 4096));
+        let hasher = self.hasher;
+        let Some(seqs) = self.seqs.as_mut() else {
+            return;
+        };
+        if let Seqs::Dense(v) = seqs {
+            if i >= v.len() {
+                if units > DENSE_UNITS_PER_KEY * (keys + 4096) {
+                    let m = v
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &s)| s != 0)
+                        .map(|(j, &s)| (j as u64 * 4, s - 1));
+                    let mut map = std::collections::HashMap::with_hasher(hasher);
+                    map.extend(m);
+                    *seqs = Seqs::Sparse(map);
+                } else {
+                    // (to the arena's capacity at once: recovery reserves it ahead)
+                    let want = units.max(cap_units).max(i + 1).max(v.len() * 3 / 2);
+                    let mut grown = zeroed_u64(want);
+                    grown[..v.len()].copy_from_slice(v);
+                    *v = grown;
+                }
+            }
+        }
+        match seqs {
+            Seqs::Dense(v) => v[i] = seq + 1,
+            Seqs::Sparse(m) => {
+                m.insert(at, seq);
+            }
+        }
     }
 
     /// [`Index::put_with`] with the key's [`Index::hash`] computed by the caller.
-    pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, only_newer: bool) -> Put {
+    pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, seq: Option<u64>) -> Put {
         if self.table.is_mapped() {
             if self.shared.is_some() {
                 self.shared_room(1, key.len(), 0);
                 self.begin();
             }
-            let put = self.put_over(key, h, loc, only_newer);
+            let put = self.put_over(key, h, loc, seq);
             if self.over.len() >= OVERLAY_MAX {
                 self.merge_overlay();
             }
             return put;
         }
-        self.put_in(false, key, h, loc, only_newer)
+        self.put_in(false, key, h, loc, seq)
     }
 
     /// A put while the table is the mapped snapshot: into the overlay — updating the
     /// overlay's entry, shadowing the table's, or as a new key.
-    fn put_over(&mut self, key: &[u8], h: u64, loc: Loc, only_newer: bool) -> Put {
+    fn put_over(&mut self, key: &[u8], h: u64, loc: Loc, seq: Option<u64>) -> Put {
         let arena = &self.arena;
         let eq = |e: &Entry| Self::key_at(arena, e.at()) == key;
         if self.over.find(h, eq).is_none() {
             if let Some(i) = self.table.find(h, eq) {
                 let e = *self.table.get(i);
-                if only_newer && e.seq > loc.seq {
+                if self.older(e.at(), seq) {
                     return Put::Ignored;
                 }
+                self.note_seq(e.at(), seq);
                 // shadow it: a new overlay entry at the same arena position
                 let (hasher, arena) = (&self.hasher, &self.arena);
                 self.over.reserve(
@@ -477,11 +594,11 @@ impl Index {
                 return Put::Replaced(e.loc());
             }
         }
-        self.put_in(true, key, h, loc, only_newer)
+        self.put_in(true, key, h, loc, seq)
     }
 
     /// Insert or replace in the table (`over`: in the overlay).
-    fn put_in(&mut self, over: bool, key: &[u8], h: u64, loc: Loc, only_newer: bool) -> Put {
+    fn put_in(&mut self, over: bool, key: &[u8], h: u64, loc: Loc, seq: Option<u64>) -> Put {
         let (hasher, arena) = (&self.hasher, &self.arena);
         let t = if over {
             &mut self.over
@@ -496,9 +613,10 @@ impl Index {
         );
         // one probe: find the key or the slot to put it in
         match t.find_or_free(h, |e| Self::key_at(arena, e.at()) == key) {
-            Ok(i) => self.update(over, i, loc, only_newer),
+            Ok(i) => self.update(over, i, loc, seq),
             Err(slot) => {
                 let at = self.arena.push(key);
+                self.note_seq(at as u64, seq);
                 if loc.is_tombstone() {
                     self.tombstones += 1;
                     self.note_tombstone(at as u64);
@@ -515,16 +633,21 @@ impl Index {
     }
 
     /// Point the entry in `slot` (of the overlay if `over`) at `loc`.
-    fn update(&mut self, over: bool, slot: usize, loc: Loc, only_newer: bool) -> Put {
+    fn update(&mut self, over: bool, slot: usize, loc: Loc, seq: Option<u64>) -> Put {
+        let at = {
+            let t = if over { &self.over } else { &self.table };
+            t.get(slot).at()
+        };
+        if self.older(at, seq) {
+            return Put::Ignored;
+        }
+        self.note_seq(at, seq);
         let t = if over {
             &mut self.over
         } else {
             &mut self.table
         };
         let e = t.get_mut(slot);
-        if only_newer && e.seq > loc.seq {
-            return Put::Ignored;
-        }
         let old = e.loc();
         let at = e.at();
         e.set_loc(loc);
@@ -952,7 +1075,7 @@ impl Index {
             "merge_overlay() before writing the index out"
         );
         let (ctrl, slots) = self.table.raw();
-        // SAFETY: Entry is repr(C), 24 bytes without padding, made of integers: every
+        // SAFETY: Entry is repr(C), 16 bytes without padding, made of integers: every
         // byte of the slice is initialised, and u8 has no alignment requirement.
         let slots = unsafe {
             std::slice::from_raw_parts(slots.as_ptr().cast::<u8>(), std::mem::size_of_val(slots))
@@ -1017,6 +1140,7 @@ impl Index {
             tombstoned: Vec::new(),
             erased: Some(Vec::new()),
             shared: None,
+            seqs: None,
         })
     }
 }
@@ -1025,22 +1149,21 @@ impl Index {
 mod tests {
     use super::*;
 
+    /// A location whose offset stands for a sequence number.
     fn loc(seq: u64) -> Loc {
         Loc {
             seg: 1,
             val_len: 3,
             off: seq * 10,
-            seq,
         }
     }
 
     #[test]
     fn put_get_remove() {
         let mut ix = Index::new();
-        assert!(ix.put(b"a", loc(1), false).is_none());
+        assert!(ix.put(b"a", loc(1), None).is_none());
         assert_eq!(ix.get(b"a"), Some(loc(1)));
-        assert_eq!(ix.put(b"a", loc(2), false), Some(loc(1)));
-        assert!(ix.put(b"a", loc(1), true).is_none()); // older: ignored
+        assert_eq!(ix.put(b"a", loc(2), None), Some(loc(1)));
         assert_eq!(ix.get(b"a"), Some(loc(2)));
         assert_eq!(ix.len(), 1);
         assert_eq!(ix.remove(b"a"), Some(loc(2)));
@@ -1049,15 +1172,72 @@ mod tests {
     }
 
     #[test]
+    fn recovery_keeps_the_newest_whatever_the_order() {
+        let mut ix = Index::new();
+        ix.track_seqs();
+        // an entry put without a sequence number (a snapshot's) counts as older
+        ix.put(b"s", loc(1), None);
+        assert_eq!(ix.put(b"s", loc(2), Some(2)), Some(loc(1)));
+        // replayed out of order (a compaction output read after newer segments)
+        assert!(ix.put(b"a", loc(7), Some(7)).is_none());
+        assert_eq!(ix.put_with(b"a", loc(3), Some(3)), Put::Ignored);
+        assert_eq!(ix.put(b"a", loc(9), Some(9)), Some(loc(7)));
+        assert_eq!(ix.get(b"a"), Some(loc(9)));
+        // also across a rehash (the numbers are kept by arena position, not by slot)
+        for i in 0..10_000u64 {
+            ix.put(&i.to_le_bytes(), loc(i + 100), Some(i + 100));
+        }
+        assert_eq!(ix.put_with(b"a", loc(8), Some(8)), Put::Ignored);
+        assert_eq!(
+            ix.put_with(&5u64.to_le_bytes(), loc(1), Some(1)),
+            Put::Ignored
+        );
+        ix.end_recovery();
+        assert!(ix.seqs.is_none());
+        // afterwards: plain puts, the last one wins
+        assert_eq!(ix.put(b"a", loc(8), None), Some(loc(9)));
+    }
+
+    #[test]
+    fn long_keys_keep_their_numbers_in_a_map() {
+        let mut ix = Index::new();
+        ix.track_seqs();
+        let key = |i: u64| i.to_le_bytes().repeat(25); // 200 bytes: 51 arena units
+        for i in 0..10_000u64 {
+            ix.put(&key(i), loc(i + 100), Some(i + 100));
+        }
+        assert!(matches!(ix.seqs, Some(Seqs::Sparse(_))));
+        for i in (0..10_000u64).step_by(97) {
+            assert_eq!(ix.put_with(&key(i), loc(i), Some(i)), Put::Ignored);
+            assert_eq!(
+                ix.put(&key(i), loc(i + 200_000), Some(i + 200_000)),
+                Some(loc(i + 100))
+            );
+        }
+        // short keys: the array
+        let mut ix = Index::new();
+        ix.track_seqs();
+        for i in 0..10_000u64 {
+            ix.put(&i.to_le_bytes(), loc(i + 100), Some(i + 100));
+        }
+        assert!(matches!(ix.seqs, Some(Seqs::Dense(_))));
+        assert_eq!(
+            ix.put_with(&7u64.to_le_bytes(), loc(1), Some(1)),
+            Put::Ignored
+        );
+    }
+
+    #[test]
     fn tombstones_hide_and_purge() {
         let mut ix = Index::new();
-        ix.put(b"k", loc(5), true);
+        ix.track_seqs();
+        ix.put(b"k", loc(5), Some(5));
         let t = Loc {
             val_len: TOMBSTONE,
             ..loc(6)
         };
-        ix.put(b"k", t, true);
-        ix.put(b"k", loc(4), true); // an older put replayed later stays dead
+        ix.put(b"k", t, Some(6));
+        ix.put(b"k", loc(4), Some(4)); // an older put replayed later stays dead
         assert_eq!(ix.get(b"k"), None);
         assert_eq!(ix.len(), 0);
         ix.purge_tombstones();
@@ -1068,11 +1248,11 @@ mod tests {
     fn many_keys() {
         let mut ix = Index::new();
         for i in 0..100_000u64 {
-            ix.put(&i.to_le_bytes(), loc(i), false);
+            ix.put(&i.to_le_bytes(), loc(i), None);
         }
         assert_eq!(ix.len(), 100_000);
         for i in (0..100_000u64).step_by(7) {
-            assert_eq!(ix.get(&i.to_le_bytes()).unwrap().seq, i);
+            assert_eq!(ix.get(&i.to_le_bytes()).unwrap().off, i * 10);
         }
         let per_key = ix.memory() as f64 / 100_000.0 - 8.0;
         assert!(per_key < 64.0, "{per_key} bytes of overhead per key");

@@ -34,7 +34,7 @@
 //! segs    SEGS_CAP × (u32 id, u32 0, u64 dead bytes)
 //! erased  buckets / 2 × u32: snapshot slots erased, in order
 //! ctrl    buckets + 8 control bytes of the overlay table
-//! slots   buckets × 24-byte entries
+//! slots   buckets × 16-byte entries
 //! keys    key capacity: the keys added since the snapshot (the arena's tail)
 //! ```
 //! When the overlay outgrows any of these (it is merged into the table at
@@ -49,7 +49,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub const FILE: &str = "OVERLAY";
-const MAGIC: u64 = u32::from_le_bytes(*b"XVO1") as u64 | (2 << 32);
+/// (version 3: 16-byte entries; a file of version 2 is another layout's, not used)
+const MAGIC: u64 = u32::from_le_bytes(*b"XVO1") as u64 | (3 << 32);
 /// Most buckets an overlay table has: `OVERLAY_MAX` (65,536) keys at 7/8 load leave
 /// room for as many erased slots again. A store of fewer keys gets a smaller file.
 pub const MAX_BUCKETS: usize = 1 << 17;
@@ -111,7 +112,7 @@ impl Layout {
         up(self.ctrl_off() + self.buckets + GROUP)
     }
     fn tail_off(&self) -> usize {
-        up(self.slots_off() + self.buckets * 24)
+        up(self.slots_off() + self.buckets * std::mem::size_of::<Entry>())
     }
     pub fn file_len(&self) -> usize {
         up(self.tail_off() + self.tail_cap)

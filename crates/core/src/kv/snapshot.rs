@@ -12,13 +12,13 @@
 //!         nsegs × (u32 id, u32 0, u64 size, u64 dead)
 //!         u32 crc32c of the header before it
 //! ctrl:   buckets + 8 control bytes            (at ctrl_off)
-//! slots:  buckets × 24-byte entries, every slot (at slots_off)
+//! slots:  buckets × 16-byte entries, every slot (at slots_off)
 //! arena:  the key arena                         (at arena_off)
 //! ```
 //! The header is checked at open (its CRC, the hash function's check value, every
 //! offset and length against the file's size); the sections are used where they lie.
 //! Their checksums are verified separately ([`Check`]): before open returns for a small
-//! file, in a background thread for a large one (a 1M-key snapshot is ~70 MB: 20 ms
+//! file, in a background thread for a large one (a 1M-key snapshot is ~56 MB: 20 ms
 //! cached, ~50 ms from the disk), which also maps each chunk it has read into the
 //! store's mapping, so that the whole index ends up in memory. A store asks for that verdict before it trusts an "absent" answer, a
 //! listing or a compaction; a present key is checked against its record anyway.
@@ -41,7 +41,12 @@ use std::time::{Duration, Instant};
 
 pub const FILE: &str = "INDEX";
 const MAGIC: &[u8; 4] = b"XVX1";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
+/// The layout before this one (24-byte entries): its header is read for what it records
+/// of the segments, its sections are not used (the next close writes this layout).
+const VERSION_3: u32 = 3;
+/// Bytes per slot of the table.
+const ENTRY: u64 = std::mem::size_of::<Entry>() as u64;
 /// Control bytes beyond the buckets (the table's mirrored first group).
 const GROUP: usize = 8;
 const FIXED: usize = 4 + 4 + 8 * 3 + 4 + 4 + 8 * 6 + 8 * 4 + 4 * 4;
@@ -557,6 +562,7 @@ struct Layout {
 
 /// A header that passed its checksum: everything but the sections.
 struct Head {
+    version: u32,
     seed: u64,
     check_value: u64,
     seq: u64,
@@ -587,7 +593,8 @@ fn read_head(f: &fs::File, total: u64) -> io::Result<Option<Head>> {
     let mut head = vec![0u8; (FIXED + 4 + 64 * 24).min(total as usize)];
     f.read_exact_at(&mut head, 0)?;
     let fixed = &head[..FIXED];
-    if &fixed[0..4] != MAGIC || u32_at(fixed, 4) != VERSION {
+    let version = u32_at(fixed, 4);
+    if &fixed[0..4] != MAGIC || (version != VERSION && version != VERSION_3) {
         return Ok(None);
     }
     let nsegs = u32_at(fixed, 36) as usize;
@@ -620,6 +627,7 @@ fn read_head(f: &fs::File, total: u64) -> io::Result<Option<Head>> {
         })
         .collect();
     Ok(Some(Head {
+        version,
         seed: u64_at(b, 8),
         check_value: u64_at(b, 16),
         seq,
@@ -668,10 +676,11 @@ pub fn recorded(dir: &Path) -> io::Result<Option<Recorded>> {
 
 fn read(dir: &Path, f: fs::File, owner: bool) -> io::Result<Option<Snapshot>> {
     let total = f.metadata()?.len();
-    let Some(h) = read_head(&f, total)? else {
+    let Some(h) = read_head(&f, total)?.filter(|h| h.version == VERSION) else {
         return Ok(None);
     };
     let Head {
+        version: _,
         seed,
         check_value,
         seq,
@@ -692,7 +701,7 @@ fn read(dir: &Path, f: fs::File, owner: bool) -> io::Result<Option<Snapshot>> {
         segs,
     } = h;
     let ctrl_len = buckets.checked_add(GROUP as u64);
-    let slots_len = buckets.checked_mul(24);
+    let slots_len = buckets.checked_mul(ENTRY);
     let fits = |off: u64, len: Option<u64>| {
         len.and_then(|l| off.checked_add(l))
             .is_some_and(|e| e <= total)
@@ -779,7 +788,7 @@ fn verify(f: &fs::File, l: Layout, mut read: impl FnMut(u64, usize) -> bool) -> 
     }
     let crcs = [
         crc32c::crc32c(&ctrl),
-        crc_of(f, l.slots_off, l.buckets * 24, &mut read).map_err(io)?,
+        crc_of(f, l.slots_off, l.buckets * ENTRY, &mut read).map_err(io)?,
         crc_of(f, l.arena_off, l.arena_len, &mut read).map_err(io)?,
     ];
     for ((what, got), want) in ["control bytes", "entries", "keys"]

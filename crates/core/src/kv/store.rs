@@ -583,7 +583,6 @@ struct Pending {
     ticket: u64,
     bytes: Vec<u8>,
     updates: Vec<Update>,
-    seq: u64,
 }
 
 /// An encoded op: (key length, kind, val_len, offset of the record within the encoded
@@ -593,11 +592,10 @@ type Update = (u32, Kind, u32, u64);
 /// How to take back a buffered op's index update if writing it fails: where its key is
 /// in the write buffer, its length, and the entry it replaced.
 /// Records encoded into the write buffer, to index once the kernel has them: where
-/// they start in the buffer, their file offset, their sequence number, their updates.
+/// they start in the buffer, their file offset, their updates.
 struct Staged {
     from: usize,
     base: u64,
-    seq: u64,
     updates: Vec<Update>,
 }
 
@@ -1067,7 +1065,8 @@ const COMPACT_MARKER: &str = "COMPACTED";
 type Replayed<'a> = (&'a [u8], Kind, u32, (u32, u64, u64, u64));
 
 /// A compaction output being written: (id, fd, size, index entries for its hint file).
-type NewSeg = (u32, i32, u64, Vec<(Vec<u8>, Loc)>);
+/// (id, fd, size, records: key, where, sequence number)
+type NewSeg = (u32, i32, u64, Vec<(Vec<u8>, Loc, u64)>);
 
 /// What a compaction has written so far: finished new segments, the one being filled,
 /// and the encoding buffer.
@@ -1431,6 +1430,8 @@ impl Store {
                 // Reserve for the worst case (small records) so recovery never rehashes.
                 let total: u64 = sizes.values().sum();
                 index.reserve((total / 160) as usize, (total / 8) as usize);
+                // (compaction outputs hold copies older than records of lower segments)
+                index.track_seqs();
                 (index, None, 0)
             }
         };
@@ -1526,6 +1527,7 @@ impl Store {
             fsync_dir(dir)?;
         }
         index.purge_tombstones();
+        index.end_recovery();
         index.shrink();
         if !index.is_shared() && !ro && has_overlay {
             overlay::remove(dir); // (one left by a killed writer and not used is stale)
@@ -2194,9 +2196,8 @@ impl Store {
                 val_len
             },
             off,
-            seq,
         };
-        match index.put_hashed(key, hash, loc, true) {
+        match index.put_hashed(key, hash, loc, Some(seq)) {
             Put::Ignored => dead.entry(seg).or_default().dead += size,
             r => {
                 if let Put::Replaced(old) = r {
@@ -2290,8 +2291,8 @@ impl Store {
                     seg: id,
                     val_len,
                     off,
-                    seq,
                 },
+                seq,
             ));
             max_seq = max_seq.max(seq);
             at += head + key_len;
@@ -2301,13 +2302,13 @@ impl Store {
         }
         let items: Vec<Replayed> = entries
             .into_iter()
-            .map(|(k, l)| {
+            .map(|(k, l, seq)| {
                 if tombstones && l.is_tombstone() {
                     let size = (HEADER + k.len()) as u64;
-                    return (k, Kind::Delete, 0, (id, l.off, l.seq, size));
+                    return (k, Kind::Delete, 0, (id, l.off, seq, size));
                 }
                 let size = (HEADER + k.len() + l.val_len as usize) as u64;
-                (k, Kind::Put, l.val_len, (id, l.off, l.seq, size))
+                (k, Kind::Put, l.val_len, (id, l.off, seq, size))
             })
             .collect();
         Self::apply_all(index, &items, dead);
@@ -2317,13 +2318,13 @@ impl Store {
     /// The hint file of compaction output `id` (`size` bytes; `entries`: its records
     /// in order, back to back from offset 0), version 3: varints, offsets implied (see
     /// docs/kv-format.md; older versions ignore it and read the segment's records).
-    fn write_hint(&self, id: u32, size: u64, entries: &[(Vec<u8>, Loc)]) -> io::Result<()> {
+    fn write_hint(&self, id: u32, size: u64, entries: &[(Vec<u8>, Loc, u64)]) -> io::Result<()> {
         let mut b = Vec::with_capacity(20 + entries.iter().map(|e| e.0.len() + 8).sum::<usize>());
         b.extend_from_slice(b"XVH3");
         b.extend_from_slice(&size.to_le_bytes());
         b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
         let mut prev_seq = 0u64;
-        for (k, l) in entries {
+        for (k, l, seq) in entries {
             put_varint(&mut b, k.len() as u64);
             put_varint(
                 &mut b,
@@ -2333,9 +2334,9 @@ impl Store {
                     l.val_len as u64 + 1
                 },
             );
-            let d = l.seq.wrapping_sub(prev_seq) as i64;
+            let d = seq.wrapping_sub(prev_seq) as i64;
             put_varint(&mut b, ((d << 1) ^ (d >> 63)) as u64);
-            prev_seq = l.seq;
+            prev_seq = *seq;
             b.extend_from_slice(k);
         }
         let crc = crc32c::crc32c(&b);
@@ -2438,12 +2439,11 @@ impl Store {
         atomic: bool,
     ) -> io::Result<Pending> {
         let mut bytes = Vec::with_capacity(Self::encoded_len(ops));
-        let (seq, updates) = self.encode_into(&mut bytes, ops, packed, atomic)?;
+        let (_, updates) = self.encode_into(&mut bytes, ops, packed, atomic)?;
         Ok(Pending {
             ticket: 0,
             bytes,
             updates,
-            seq,
         })
     }
 
@@ -3023,18 +3023,12 @@ impl Store {
     /// Point the index at a pending write's records (written at `base` in segment `seg`),
     /// counting what they replace as dead.
     fn index_updates(st: &mut State, seg: u32, base: u64, p: &Pending) {
-        Self::index_records(st, (seg, base, p.seq), &p.bytes, &p.updates);
+        Self::index_records(st, (seg, base), &p.bytes, &p.updates);
     }
 
     /// Point the index at encoded records `bytes` (with their `updates`), written at
-    /// `base` in segment `seg` with sequence number `seq`, counting what they replace as
-    /// dead.
-    fn index_records(
-        st: &mut State,
-        (seg, base, seq): (u32, u64, u64),
-        bytes: &[u8],
-        updates: &[Update],
-    ) {
+    /// `base` in segment `seg`, counting what they replace as dead.
+    fn index_records(st: &mut State, (seg, base): (u32, u64), bytes: &[u8], updates: &[Update]) {
         // Hash every key first, then apply them warming the table a few keys ahead: a
         // batch's random table accesses overlap instead of waiting one by one.
         const AHEAD: usize = 8;
@@ -3065,12 +3059,11 @@ impl Store {
                 seg,
                 val_len: *vl,
                 off: base + at,
-                seq,
             };
             let old = if *kind == Kind::Delete {
                 st.index.remove_hashed(k, hashes[j])
             } else {
-                match st.index.put_hashed(k, hashes[j], loc, false) {
+                match st.index.put_hashed(k, hashes[j], loc, None) {
                     Put::Replaced(o) => Some(o),
                     _ => None,
                 }
@@ -3156,11 +3149,10 @@ impl Store {
     ) -> io::Result<Staged> {
         let from = c.wbuf.len();
         let base = c.write_off + from as u64;
-        let (seq, updates) = self.encode_into(&mut c.wbuf, ops, packed, atomic)?;
+        let (_, updates) = self.encode_into(&mut c.wbuf, ops, packed, atomic)?;
         Ok(Staged {
             from,
             base,
-            seq,
             updates,
         })
     }
@@ -3239,7 +3231,7 @@ impl Store {
                     if let Some(s) = &staged {
                         // (index_records creates the OVERLAY file if it is due)
                         self.overlay_pending.store(false, Ordering::Relaxed);
-                        let at = (st.active, s.base, s.seq);
+                        let at = (st.active, s.base);
                         Self::index_records(&mut st, at, &data[s.from..], &s.updates);
                     }
                     Self::settle_overlay(&mut st, c.write_off);
@@ -4131,6 +4123,7 @@ impl Store {
             }
         }
         st.index.purge_tombstones();
+        st.index.end_recovery();
         result?;
         out.records = rec.records;
         if rec.records > 0 {
@@ -4519,8 +4512,8 @@ impl Store {
             let mut st = self.state.write().expect("state");
             for (id, fd, size, entries) in &new_segs {
                 let seg = Segment::new(*fd, *size, 0, Some(0));
-                let tombs = entries.iter().filter(|(_, l)| l.is_tombstone());
-                let tombs: usize = tombs.map(|(k, _)| HEADER + k.len()).sum();
+                let tombs = entries.iter().filter(|(_, l, _)| l.is_tombstone());
+                let tombs: usize = tombs.map(|(k, _, _)| HEADER + k.len()).sum();
                 seg.tombs.store(tombs as u64, Ordering::Relaxed);
                 st.segs.insert(*id, seg);
             }
@@ -4532,10 +4525,13 @@ impl Store {
                 std::thread::sleep(Duration::from_micros(20));
                 let mut st = self.state.write().expect("state");
                 let mut stale = 0;
-                for (k, l) in chunk.iter().filter(|(_, l)| !l.is_tombstone()) {
+                for (k, l, _) in chunk.iter().filter(|(_, l, _)| !l.is_tombstone()) {
                     match st.index.get(k) {
-                        Some(cur) if cur.seq == l.seq && old.contains(&cur.seg) => {
-                            st.index.put(k, *l, false);
+                        // Still where it was copied from: a key only ever leaves the
+                        // sealed segments being compacted (writes go to the active one,
+                        // a delete drops it), so one still in them is the record copied.
+                        Some(cur) if old.contains(&cur.seg) => {
+                            st.index.put(k, *l, None);
                         }
                         // (written again or deleted since it was copied: the copy is dead)
                         _ => stale += HEADER + k.len() + l.val_len as usize,
@@ -4636,9 +4632,14 @@ impl Store {
             };
             for &(at, n, l) in &live {
                 let k = &keys[at..at + n];
-                let v = self.read_value(&segs[&l.seg], l, k)?; // (decompressed)
+                let seg = &segs[&l.seg];
+                let v = self.read_value(seg, l, k)?; // (decompressed, its CRC checked)
+                                                     // (the copy keeps the record's sequence number: from its header)
+                let mut head = [0u8; HEADER];
+                pread_exact(seg.fd, &mut head, l.off)?;
+                let seq = record::parse_header(&head).map_or(0, |h| h.seq);
                 let (v, flags) = self.recompressed(0, &v);
-                self.compact_emit(out, k, Some(&v), flags, l.seq)?;
+                self.compact_emit(out, k, Some(&v), flags, seq)?;
             }
         }
         Ok(true)
@@ -4735,8 +4736,7 @@ impl Store {
                             None => h.kind == Kind::Delete,
                             Some(l) => {
                                 h.kind == Kind::Put
-                                    && (l.seg, l.off, l.seq, l.val_len)
-                                        == (id, o as u64, h.seq, h.val_len)
+                                    && (l.seg, l.off, l.val_len) == (id, o as u64, h.val_len)
                             }
                         }
                     }));
@@ -4779,9 +4779,9 @@ impl Store {
                 let live = |o: usize, h: &record::Header| {
                     let k = &data[o + HEADER..o + HEADER + h.key_len as usize];
                     let st = self.state.read().expect("state");
-                    st.index.get(k).is_some_and(|l| {
-                        (l.seg, l.off, l.seq, l.val_len) == (*id, o as u64, h.seq, h.val_len)
-                    })
+                    st.index
+                        .get(k)
+                        .is_some_and(|l| (l.seg, l.off, l.val_len) == (*id, o as u64, h.val_len))
                 };
                 let stride = (Self::count_records(data) / per_seg).max(1);
                 let (mut off, mut taken, mut nth, mut due) = (0, 0, 0usize, false);
@@ -4901,9 +4901,8 @@ impl Store {
             seg: *id,
             val_len: v.map_or(TOMBSTONE, |v| v.len() as u32),
             off: *size,
-            seq,
         };
-        entries.push((k.to_vec(), loc));
+        entries.push((k.to_vec(), loc, seq));
         *size += len;
         out.sync.advance(*fd, *size);
         Ok(())
@@ -5595,6 +5594,51 @@ mod tests {
     }
 
     #[test]
+    fn a_rebuild_keeps_records_newer_than_a_compactions_copies() {
+        // A compaction of some segments gives its outputs ids above the active
+        // segment's, which then takes newer records of keys it copied: rebuilt from the
+        // segments and hint files alone (no INDEX), those win though their segment comes
+        // first — by sequence number (kept aside during the rebuild only).
+        let d = tempfile::tempdir().unwrap();
+        let o = Options {
+            auto_compact: None,
+            ..opts()
+        };
+        let key = |i: u32| format!("k{i:04}").into_bytes();
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        for i in 0..300u32 {
+            s.put(&key(i), &[1; 100]).unwrap();
+        }
+        for i in 300..1500u32 {
+            s.put(&key(i), &[2; 100]).unwrap();
+        }
+        let first = *s.state.read().unwrap().segs.keys().next().unwrap();
+        s.compact_locked(Some(&[first])).unwrap();
+        {
+            let st = s.state.read().unwrap();
+            assert!(
+                st.segs.keys().any(|&id| id > st.active),
+                "an output above the active"
+            );
+            assert!(st.index.get(&key(5)).unwrap().seg > st.active);
+        }
+        for i in 0..10u32 {
+            s.put(&key(i), b"newest").unwrap();
+        }
+        assert!(s.delete(&key(20)).unwrap());
+        drop(s);
+        fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
+        let s = Store::open(d.path(), o).unwrap();
+        assert!(!s.recovery.from_snapshot && s.recovery.from_hints > 0);
+        for i in 0..10u32 {
+            assert_eq!(s.get(&key(i)).unwrap().unwrap(), b"newest", "k{i}");
+        }
+        assert_eq!(s.get(&key(20)).unwrap(), None);
+        assert_eq!(s.get(&key(21)).unwrap().unwrap(), [1; 100]);
+        assert_eq!(s.len(), 1499);
+    }
+
+    #[test]
     fn compaction_reads_live_records_from_the_segments_and_falls_back_past_damage() {
         let d = tempfile::tempdir().unwrap();
         let val = |i: u32, round: u32| format!("v{round}-{i:030}").into_bytes();
@@ -5634,7 +5678,7 @@ mod tests {
             assert_eq!(s.scan_live(1, &segs[&1], &mut out).unwrap(), None);
             let at = s.scan_live(2, &segs[&2], &mut out).unwrap();
             assert!(matches!(at, Some(o) if o <= mid as u64), "{at:?}");
-            let copied: Vec<&(Vec<u8>, Loc)> = out
+            let copied: Vec<&(Vec<u8>, Loc, u64)> = out
                 .new_segs
                 .iter()
                 .chain(&out.cur)
@@ -5642,9 +5686,12 @@ mod tests {
                 .collect();
             assert!(!copied.is_empty());
             let st = s.state.read().unwrap();
-            for (k, l) in copied {
+            for (k, _, seq) in copied {
                 let now = st.index.get(k).unwrap();
-                assert!(now.seg <= 2 && now.seq == l.seq, "copied a dead record");
+                let mut head = [0u8; HEADER];
+                pread_exact(segs[&now.seg].fd, &mut head, now.off).unwrap();
+                let live = record::parse_header(&head).unwrap().seq;
+                assert!(now.seg <= 2 && live == *seq, "copied a dead record");
             }
             for (id, fd, _, _) in out.new_segs.iter().chain(&out.cur) {
                 // SAFETY: the test's own fds, closed once.
@@ -6953,7 +7000,7 @@ mod tests {
         assert_eq!(s.len(), 10);
         // a larger store: the log may grow about as long as INDEX before a close writes
         // it again (an open after a reboot then replays about what the rewrite costs)
-        let keys: Vec<Vec<u8>> = (0..200_000u32).map(|i| i.to_le_bytes().repeat(4)).collect();
+        let keys: Vec<Vec<u8>> = (0..300_000u32).map(|i| i.to_le_bytes().repeat(4)).collect();
         let ops: Vec<(&[u8], Option<&[u8]>)> =
             keys.iter().map(|k| (&k[..], Some(&b"v"[..]))).collect();
         s.batch(&ops).unwrap();
@@ -7295,7 +7342,6 @@ mod tests {
                 ticket: 99,
                 bytes: Vec::new(),
                 updates: Vec::new(),
-                seq: 0,
             })
         };
         let gone =
