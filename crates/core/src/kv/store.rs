@@ -660,6 +660,10 @@ pub struct Store {
     warm_running: AtomicBool,
     /// Set when the store closes: the warm-up thread stops at its next chunk.
     warm_stop: Arc<AtomicBool>,
+    /// The warm-up thread, joined at close: it holds the segments (their mappings) it
+    /// reads, and one let go after the store closed was unmapped by that thread beside
+    /// the next open, which waited for the process's memory-map lock.
+    warm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Segment bytes the warm-up thread has faulted in so far (stats).
     warmed: Arc<AtomicU64>,
     /// How many writers are parked or ready (relay mode), read without the lock by
@@ -1696,6 +1700,7 @@ impl Store {
             overlay_pending: AtomicBool::new(overlay_pending),
             warm_running: AtomicBool::new(false),
             warm_stop: Arc::new(AtomicBool::new(false)),
+            warm_thread: Mutex::new(None),
             warmed: Arc::new(AtomicU64::new(0)),
             waiting: AtomicUsize::new(0),
             turns: AtomicU64::new(0),
@@ -3716,7 +3721,11 @@ impl Store {
                 }
             });
         self.warm_running.store(spawned.is_ok(), Ordering::Relaxed);
-        spawned.is_ok()
+        let ok = spawned.is_ok();
+        if let Ok(h) = spawned {
+            *self.warm_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
+        ok
     }
 
     /// multi_get's trigger: a value had to come from the disk.
@@ -5255,6 +5264,12 @@ impl Drop for Store {
             return;
         }
         self.warm_stop.store(true, Ordering::Relaxed);
+        // (it stops at its next 4 MiB chunk: the segments are then the store's alone,
+        // unmapped as it closes)
+        let warm = self.warm_thread.lock().map(|mut h| h.take());
+        if let Ok(Some(h)) = warm {
+            let _ = h.join();
+        }
         // (read-only: nothing to flush, write or remove)
         if let Some(mut c) = self.commit.lock().ok().filter(|_| !self.opts.read_only) {
             let flushed = self.flush_locked(&mut c, true).is_ok();
