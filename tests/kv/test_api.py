@@ -1146,13 +1146,15 @@ def test_a_cold_multi_get_warms_the_store(tmp_path: Path) -> None:
 
 def test_closing_while_warming_up(tmp_path: Path) -> None:
     """The warm-up thread holds the segments it reads; closing the store stops it at its
-    next chunk and reopening works at once."""
+    next chunk and waits for it, and reopening works at once."""
     p = tmp_path / "db"
     keys, _ = _cold_store(p)
     for _ in range(3):
         with kv.open(p, durability="none") as db:
             _evict(p)
             db.warm_up()
+        # (close waited for the thread: the segments' mappings went with the store)
+        assert _threads_named("uringkit-warm") == 0
         with kv.open(p, durability="none") as db:
             assert db.get(keys[-1]) == keys[-1] * 50
             db.put(b"new", b"x")
