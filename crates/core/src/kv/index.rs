@@ -497,9 +497,9 @@ impl Index {
     /// loses to it (recovery only).
     fn older(&self, at: u64, seq: Option<u64>) -> bool {
         match (seq, &self.seqs) {
-            (Some(seq), Some(Seqs::Dense(v))) => {
-                v.get((at / 4) as usize).is_some_and(|&s| s > seq + 1)
-            }
+            (Some(seq), Some(Seqs::Dense(v))) => v
+                .get((at / 4) as usize)
+                .is_some_and(|&s| s > seq.saturating_add(1)),
             (Some(seq), Some(Seqs::Sparse(m))) => m.get(&at).is_some_and(|&s| s > seq),
             _ => false,
         }
@@ -541,7 +541,7 @@ impl Index {
             }
         }
         match seqs {
-            Seqs::Dense(v) => v[i] = seq + 1,
+            Seqs::Dense(v) => v[i] = seq.saturating_add(1),
             Seqs::Sparse(m) => {
                 m.insert(at, seq);
             }
