@@ -46,25 +46,13 @@ pub struct Entry {
 
 const _: () = assert!(std::mem::size_of::<Entry>() == 16);
 
+// SAFETY: Entry is repr(C), four u32s, no padding: all-zero bytes are a valid Entry.
+unsafe impl super::table::Zeroed for Entry {}
+
 impl Entry {
-    /// `n` zeroed entries (in memory hinted for huge pages). Fresh pages from the
-    /// allocator are already zero, so nothing is written here: the kernel zeroes each
-    /// page on its first touch, one pass instead of two.
+    /// `n` zeroed entries (in memory hinted for huge pages, not written twice).
     pub fn zeroed(n: usize) -> Vec<Entry> {
-        if n == 0 {
-            return Vec::new();
-        }
-        let layout = std::alloc::Layout::array::<Entry>(n).expect("entry array too large");
-        // SAFETY: the layout is non-zero-sized (n > 0).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Entry>();
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        super::table::hugepage_hint(ptr.cast(), layout.size());
-        // SAFETY: ptr was allocated by the global allocator with the layout of n Entries,
-        // all bytes zero — a valid Entry (integers only, no padding) — so length and
-        // capacity n are correct.
-        unsafe { Vec::from_raw_parts(ptr, n, n) }
+        super::table::zeroed_vec(n)
     }
 
     fn new(at: usize, loc: Loc) -> Entry {
@@ -332,24 +320,6 @@ enum Seqs {
     Sparse(std::collections::HashMap<u64, u64, FixedState>),
 }
 
-/// `n` zeros, in fresh memory (zero pages from the system, not written twice) hinted
-/// for huge pages.
-fn zeroed_u64(n: usize) -> Vec<u64> {
-    if n == 0 {
-        return Vec::new();
-    }
-    let layout = std::alloc::Layout::array::<u64>(n).expect("seqs too large");
-    // SAFETY: the layout is non-zero-sized (n > 0).
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
-    if ptr.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
-    super::table::hugepage_hint(ptr.cast(), layout.size());
-    // SAFETY: allocated by the global allocator with the layout of n u64s, all zero
-    // (a valid u64), so length and capacity n are correct.
-    unsafe { Vec::from_raw_parts(ptr, n, n) }
-}
-
 /// Arena units per key past which [`Seqs::Dense`] turns into [`Seqs::Sparse`]: keys
 /// averaging over ~28 bytes (the array's 64 bytes per key would rival the table).
 const DENSE_UNITS_PER_KEY: usize = 8;
@@ -534,7 +504,7 @@ impl Index {
                 } else {
                     // (to the arena's capacity at once: recovery reserves it ahead)
                     let want = units.max(cap_units).max(i + 1).max(v.len() * 3 / 2);
-                    let mut grown = zeroed_u64(want);
+                    let mut grown: Vec<u64> = super::table::zeroed_vec(want);
                     grown[..v.len()].copy_from_slice(v);
                     *v = grown;
                 }

@@ -6999,8 +6999,8 @@ mod tests {
         let o = || o.clone();
         drop(Store::open(d.path(), o()).unwrap());
         let big = vec![7u8; 64 << 10];
-        let past = KEEP_OVERLAY_LOG as usize / big.len() + 10;
-        for (writes, kept) in [(past / 2, true), (past, false)] {
+        // a session of `writes` puts of `big`: whether its close kept INDEX (and OVERLAY)
+        let session = |writes: usize, kept: bool| {
             let before = fs::read(&index).unwrap();
             let s = Store::open(d.path(), o()).unwrap();
             for i in 0..writes {
@@ -7009,7 +7009,10 @@ mod tests {
             drop(s);
             assert_eq!(fs::read(&index).unwrap() == before, kept, "{writes} writes");
             assert_eq!(d.path().join(overlay::FILE).exists(), kept);
-        }
+        };
+        let past = KEEP_OVERLAY_LOG as usize / big.len() + 10;
+        session(past / 2, true);
+        session(past, false);
         let s = Store::open(d.path(), o()).unwrap();
         assert!(!s.recovery.from_overlay && s.recovery.records == 0);
         assert_eq!(s.len(), 10);
@@ -7023,17 +7026,9 @@ mod tests {
         let index_len = fs::metadata(&index).unwrap().len();
         assert!(index_len > 2 * KEEP_OVERLAY_LOG + (1 << 20), "{index_len}");
         let past = index_len as usize / big.len() + 10;
-        for (writes, kept) in [(past - 40, true), (past, false)] {
-            assert!(writes * big.len() > KEEP_OVERLAY_LOG as usize);
-            let before = fs::read(&index).unwrap();
-            let s = Store::open(d.path(), o()).unwrap();
-            for i in 0..writes {
-                s.put(format!("k{}", i % 10).as_bytes(), &big).unwrap();
-            }
-            drop(s);
-            assert_eq!(fs::read(&index).unwrap() == before, kept, "{writes} writes");
-            assert_eq!(d.path().join(overlay::FILE).exists(), kept);
-        }
+        assert!((past - 40) * big.len() > KEEP_OVERLAY_LOG as usize);
+        session(past - 40, true);
+        session(past, false);
     }
 
     #[test]

@@ -82,6 +82,35 @@ pub trait Slot: Copy + Default {
 
 impl Slot for u64 {}
 
+/// Types for which all-zero bytes are a valid value (integers, and `repr(C)` structs of
+/// them without padding).
+///
+/// # Safety
+/// An implementing type must accept all-zero bytes as a value.
+pub unsafe trait Zeroed: Copy {}
+
+// SAFETY: every bit pattern is a u64.
+unsafe impl Zeroed for u64 {}
+
+/// `n` zeroed values in fresh memory hinted for huge pages. Fresh pages from the
+/// allocator are already zero, so nothing is written here: the kernel zeroes each page
+/// on its first touch, one pass instead of two.
+pub fn zeroed_vec<T: Zeroed>(n: usize) -> Vec<T> {
+    if n == 0 || std::mem::size_of::<T>() == 0 {
+        return Vec::new();
+    }
+    let layout = std::alloc::Layout::array::<T>(n).expect("array too large");
+    // SAFETY: the layout is non-zero-sized (n > 0, T not zero-sized).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    hugepage_hint(ptr.cast(), layout.size());
+    // SAFETY: ptr was allocated by the global allocator with the layout of n Ts, all
+    // bytes zero — a valid T (`Zeroed`) — so length and capacity n are correct.
+    unsafe { Vec::from_raw_parts(ptr, n, n) }
+}
+
 /// `n` copies of `fill` in memory hinted for huge pages before it is written.
 pub fn filled_vec<T: Copy>(n: usize, fill: T) -> Vec<T> {
     let mut v: Vec<T> = Vec::with_capacity(n);
