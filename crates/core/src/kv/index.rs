@@ -662,6 +662,21 @@ impl Index {
         self.shadows = 0;
     }
 
+    /// Rehash the table to the size its keys need (see [`Table::fit`]) before it is
+    /// written out; the overlay must have been merged. Returns whether it rehashed.
+    pub fn fit_table(&mut self) -> bool {
+        debug_assert!(self.over.is_empty());
+        let (hasher, arena) = (&self.hasher, &self.arena);
+        let moved = self.table.fit(
+            |e| hasher.hash_one(arena.key(e.at())),
+            |e| super::table::prefetch(arena.ptr_at(e.at())),
+        );
+        if moved {
+            self.erased = None; // (the table is no longer the snapshot's)
+        }
+        moved
+    }
+
     /// Remove a key; returns its location if it was live.
     pub fn remove(&mut self, key: &[u8]) -> Option<Loc> {
         self.remove_hashed(key, self.hash(key))
@@ -771,6 +786,11 @@ impl Index {
         }
         self.arena = arena;
         self.dead = 0;
+    }
+
+    /// Slots of the table (not counting the overlay's).
+    pub fn memory_buckets(&self) -> usize {
+        self.table.buckets()
     }
 
     /// Give back memory reserved beyond what the index holds (after recovery).

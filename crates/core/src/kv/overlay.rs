@@ -49,8 +49,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub const FILE: &str = "OVERLAY";
-/// (version 3: 16-byte entries; a file of version 2 is another layout's, not used)
-const MAGIC: u64 = u32::from_le_bytes(*b"XVO1") as u64 | (3 << 32);
+/// (version 4: home slots scaled from the hash, not masked; a file of version 2 or 3
+/// is another layout's, not used)
+const MAGIC: u64 = u32::from_le_bytes(*b"XVO1") as u64 | (4 << 32);
 /// Most buckets an overlay table has: `OVERLAY_MAX` (65,536) keys at 7/8 load leave
 /// room for as many erased slots again. A store of fewer keys gets a smaller file.
 pub const MAX_BUCKETS: usize = 1 << 17;

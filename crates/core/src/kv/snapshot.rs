@@ -18,8 +18,8 @@
 //! The header is checked at open (its CRC, the hash function's check value, every
 //! offset and length against the file's size); the sections are used where they lie.
 //! Their checksums are verified separately ([`Check`]): before open returns for a small
-//! file, in a background thread for a large one (a 1M-key snapshot is ~56 MB: 20 ms
-//! cached, ~50 ms from the disk), which also maps each chunk it has read into the
+//! file, in a background thread for a large one (a 1M-key snapshot is ~41 MB; at 56 MB
+//! it took 20 ms cached, ~50 ms from the disk), which also maps each chunk it has read into the
 //! store's mapping, so that the whole index ends up in memory. A store asks for that verdict before it trusts an "absent" answer, a
 //! listing or a compaction; a present key is checked against its record anyway.
 //! A snapshot is used only if, besides, every segment it lists is still there with the
@@ -30,6 +30,7 @@
 
 use super::index::{Entry, Index};
 use super::mapped::{Arr, Map};
+use super::table::valid_buckets;
 use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -41,15 +42,18 @@ use std::time::{Duration, Instant};
 
 pub const FILE: &str = "INDEX";
 const MAGIC: &[u8; 4] = b"XVX1";
-const VERSION: u32 = 4;
-/// The layout before this one (24-byte entries): its header is read for what it records
-/// of the segments, its sections are not used (the next close writes this layout).
-const VERSION_3: u32 = 3;
+const VERSION: u32 = 5;
+/// Layouts before this one — 3: 24-byte entries; 4: a power-of-two table whose home
+/// slot was the hash's low bits. Their header (the same fields) is read for what it
+/// records of the segments; their sections are not used (the next close writes this
+/// layout).
+const OLDER: [u32; 2] = [3, 4];
 /// Bytes per slot of the table.
 const ENTRY: u64 = std::mem::size_of::<Entry>() as u64;
 /// Control bytes beyond the buckets (the table's mirrored first group).
 const GROUP: usize = 8;
-const FIXED: usize = 4 + 4 + 8 * 3 + 4 + 4 + 8 * 6 + 8 * 4 + 4 * 4;
+/// Bytes of the header before its segment list.
+pub(crate) const FIXED: usize = 4 + 4 + 8 * 3 + 4 + 4 + 8 * 6 + 8 * 4 + 4 * 4;
 const ALIGN: u64 = 4096;
 /// Snapshots up to this size are verified before open returns.
 const VERIFY_INLINE: u64 = 4 << 20;
@@ -594,7 +598,7 @@ fn read_head(f: &fs::File, total: u64) -> io::Result<Option<Head>> {
     f.read_exact_at(&mut head, 0)?;
     let fixed = &head[..FIXED];
     let version = u32_at(fixed, 4);
-    if &fixed[0..4] != MAGIC || (version != VERSION && version != VERSION_3) {
+    if &fixed[0..4] != MAGIC || (version != VERSION && !OLDER.contains(&version)) {
         return Ok(None);
     }
     let nsegs = u32_at(fixed, 36) as usize;
@@ -707,8 +711,7 @@ fn read(dir: &Path, f: fs::File, owner: bool) -> io::Result<Option<Snapshot>> {
             .is_some_and(|e| e <= total)
     };
     if file_len != total
-        || !buckets.is_power_of_two()
-        || buckets < GROUP as u64
+        || !usize::try_from(buckets).is_ok_and(valid_buckets)
         || ctrl_off < (head_len + 4) as u64
         || !fits(ctrl_off, ctrl_len)
         || slots_off < ctrl_off + ctrl_len.unwrap_or(u64::MAX)

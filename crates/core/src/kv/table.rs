@@ -3,6 +3,13 @@
 //! index can be written to disk and read back as it is — reopening a store then costs a
 //! read, not a million inserts.
 //!
+//! The number of slots is any multiple of 8, not only a power of two: a table sized for
+//! a known count (a rebuild, or the copy written out at close) is ~80 % full instead of
+//! anywhere between 44 and 88 % — a million keys take 1.25M slots, not 2M (2^21). A
+//! hash's home slot is its low 57 bits scaled to the slot count (a multiply, not a
+//! mask; the top 7 bits are the control byte's tag, so the two stay independent), and
+//! probing wraps around by comparison instead of by masking.
+//!
 //! The table stores `Copy` values and knows nothing about keys: callers pass the hash
 //! and an equality test. Hashes must be stable across processes for a persisted table,
 //! so the caller owns the hash function and its seed.
@@ -25,6 +32,17 @@ fn capacity(buckets: usize) -> usize {
     } else {
         buckets / 8 * 7
     }
+}
+
+/// Whether a table may have `buckets` slots: a whole number of groups, at least one.
+pub fn valid_buckets(buckets: usize) -> bool {
+    buckets >= GROUP && buckets.is_multiple_of(GROUP)
+}
+
+/// The slots a table sized for `items` values gets: 80 % full (room for a quarter as
+/// many again before it grows), a whole number of groups.
+pub fn buckets_for(items: usize) -> usize {
+    (items.max(1).saturating_mul(5) / 4 + 1).next_multiple_of(GROUP)
 }
 
 /// A hint to bring the cache line at `p` in; never faults, whatever the address.
@@ -142,7 +160,7 @@ fn match_free(group: u64) -> u64 {
 /// `None` if they are not a table's: a byte that is no control value, the mirrored group
 /// differing from the first, more slots used than the table may fill.
 pub fn count_ctrl(ctrl: &[u8], buckets: usize) -> Option<(usize, usize)> {
-    if !buckets.is_power_of_two() || buckets < GROUP || ctrl.len() != buckets + GROUP {
+    if !valid_buckets(buckets) || ctrl.len() != buckets + GROUP {
         return None;
     }
     if ctrl[buckets..] != ctrl[..GROUP] {
@@ -152,7 +170,7 @@ pub fn count_ctrl(ctrl: &[u8], buckets: usize) -> Option<(usize, usize)> {
     #[cfg(target_arch = "x86_64")]
     let (items, deleted, bad) = {
         // 16 bytes at a time (SSE2, part of every x86-64), the rest (0 or 8 bytes: the
-        // buckets are a power of two) eight at a time
+        // buckets are a multiple of 8) eight at a time
         let split = body.len() / 16 * 16;
         let (i, d, b) = count_ctrl_sse2(&body[..split]);
         let (i2, d2, b2) = count_ctrl_swar(&body[split..]);
@@ -240,7 +258,7 @@ pub struct Table<T: Copy> {
     /// load a whole group.
     ctrl: Arr<u8>,
     slots: Arr<T>,
-    mask: usize,
+    buckets: usize,
     items: usize,
     growth_left: usize,
 }
@@ -251,18 +269,14 @@ impl<T: Slot> Table<T> {
     }
 
     fn with_buckets(buckets: usize) -> Self {
-        debug_assert!(buckets.is_power_of_two() && buckets >= GROUP);
+        debug_assert!(valid_buckets(buckets));
         Table {
             ctrl: filled_vec(buckets + GROUP, EMPTY).into(),
             slots: T::empty_slots(buckets).into(),
-            mask: buckets - 1,
+            buckets,
             items: 0,
             growth_left: capacity(buckets),
         }
-    }
-
-    fn buckets_for(items: usize) -> usize {
-        (items.max(1) * 8 / 7 + 1).next_power_of_two().max(GROUP)
     }
 
     /// Rebuild from the arrays of [`Table::raw`]; `None` if they are not a consistent
@@ -284,7 +298,7 @@ impl<T: Slot> Table<T> {
         deleted: usize,
     ) -> Option<Self> {
         let buckets = slots.len();
-        if !buckets.is_power_of_two() || buckets < GROUP || ctrl.len() != buckets + GROUP {
+        if !valid_buckets(buckets) || ctrl.len() != buckets + GROUP {
             return None;
         }
         // (the mirrored group is not compared here: that would read the far end of a
@@ -296,7 +310,7 @@ impl<T: Slot> Table<T> {
         Some(Table {
             ctrl,
             slots,
-            mask: buckets - 1,
+            buckets,
             items,
             growth_left: capacity(buckets) - used,
         })
@@ -321,7 +335,7 @@ impl<T: Slot> Table<T> {
     }
 
     pub fn buckets(&self) -> usize {
-        self.mask + 1
+        self.buckets
     }
 
     /// How many values fit before the table must grow.
@@ -340,7 +354,63 @@ impl<T: Slot> Table<T> {
 
     fn set_ctrl(&mut self, i: usize, c: u8) {
         self.ctrl[i] = c;
-        self.ctrl[(i.wrapping_sub(GROUP) & self.mask) + GROUP] = c;
+        if i < GROUP {
+            self.ctrl[self.buckets + i] = c; // the mirrored first group
+        }
+    }
+
+    /// Where `hash`'s probe starts: its low 57 bits as a fraction of the slot count.
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        ((u128::from(hash << 7) * self.buckets as u128) >> 64) as usize
+    }
+
+    /// `pos` (< 2 × buckets) taken back into the table.
+    #[inline(always)]
+    fn wrap(&self, pos: usize) -> usize {
+        if pos >= self.buckets {
+            pos - self.buckets
+        } else {
+            pos
+        }
+    }
+
+    /// The next group of a probe: triangular steps (1, 2, 3… groups on), wrapping around.
+    /// Over a power-of-two slot count these visit every group; over another count they
+    /// may come back to one, so after as many steps as there are groups a probe ends in
+    /// a scan of the whole table ([`Table::scan`]) — which no table at most 7/8 full
+    /// reaches in practice (every group on the way without an empty slot).
+    #[inline(always)]
+    fn step(&self, pos: usize, stride: usize) -> usize {
+        let p = self.wrap(pos + stride);
+        if p < self.buckets {
+            p
+        } else {
+            p % self.buckets // (a stride longer than the table: a long probe of a small one)
+        }
+    }
+
+    /// Whether a probe that has taken steps of up to `stride` has visited as many groups
+    /// as the table has.
+    fn probed_all(&self, stride: usize) -> bool {
+        stride > self.buckets
+    }
+
+    /// The last resort of a probe that found no empty slot on its way: every slot in
+    /// order, `Ok` where `eq` holds, else `Err` with the first free one (`None`: no slot
+    /// is free — control bytes that are not a valid table's, a damaged snapshot).
+    fn scan(&self, tag: u8, mut eq: impl FnMut(&T) -> bool) -> Result<usize, Option<usize>> {
+        let mut free = None;
+        for i in 0..self.buckets {
+            let c = self.ctrl[i];
+            if c == tag && eq(&self.slots[i]) {
+                return Ok(i);
+            }
+            if free.is_none() && c & 0x80 != 0 {
+                free = Some(i);
+            }
+        }
+        Err(free)
     }
 
     /// The slot holding a value for which `eq` is true.
@@ -352,14 +422,14 @@ impl<T: Slot> Table<T> {
     /// caller must have made room with [`Table::reserve`] before inserting there.
     pub fn find_or_free(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Result<usize, usize> {
         let tag = h2(hash);
-        let mut pos = hash as usize & self.mask;
+        let mut pos = self.home(hash);
         let mut stride = 0;
         let mut free = None;
         loop {
             let g = self.group(pos);
             let mut m = match_byte(g, tag);
             while m != 0 {
-                let i = (pos + (m.trailing_zeros() / 8) as usize) & self.mask;
+                let i = self.wrap(pos + (m.trailing_zeros() / 8) as usize);
                 if eq(&self.slots[i]) {
                     return Ok(i);
                 }
@@ -368,37 +438,47 @@ impl<T: Slot> Table<T> {
             if free.is_none() {
                 let f = match_free(g);
                 if f != 0 {
-                    free = Some((pos + (f.trailing_zeros() / 8) as usize) & self.mask);
+                    free = Some(self.wrap(pos + (f.trailing_zeros() / 8) as usize));
                 }
             }
             if match_empty(g) != 0 {
                 return Err(free.expect("a group with an empty slot has a free slot"));
             }
             stride += GROUP;
-            if stride > self.mask + GROUP {
-                // every group visited (triangular probing covers them all) and no empty
-                // slot: control bytes that are not a valid table's (a damaged snapshot)
-                return match free {
-                    Some(f) => Err(f),
-                    None => panic!("hash table control bytes damaged: no free slot"),
+            if self.probed_all(stride) {
+                // no empty slot met: the probe may have come back to groups it saw, so
+                // the whole table is looked at (a value put in after such a probe went
+                // where this finds it: the first free slot on the path, or the scan's)
+                return match self.scan(tag, eq) {
+                    Ok(i) => Ok(i),
+                    Err(f) => match free.or(f) {
+                        Some(f) => Err(f),
+                        None => panic!("hash table control bytes damaged: no free slot"),
+                    },
                 };
             }
-            pos = (pos + stride) & self.mask;
+            pos = self.step(pos, stride);
         }
     }
 
     /// The first free slot on `hash`'s probe path (for values known to be absent).
     fn free_slot(&self, hash: u64) -> usize {
-        let mut pos = hash as usize & self.mask;
+        let mut pos = self.home(hash);
         let mut stride = 0;
         loop {
             let f = match_free(self.group(pos));
             if f != 0 {
-                return (pos + (f.trailing_zeros() / 8) as usize) & self.mask;
+                return self.wrap(pos + (f.trailing_zeros() / 8) as usize);
             }
             stride += GROUP;
-            assert!(stride <= self.mask + GROUP, "hash table full: no free slot");
-            pos = (pos + stride) & self.mask;
+            if self.probed_all(stride) {
+                return self
+                    .scan(0x80, |_| false)
+                    .err()
+                    .flatten()
+                    .expect("a free slot");
+            }
+            pos = self.step(pos, stride);
         }
     }
 
@@ -435,13 +515,33 @@ impl<T: Slot> Table<T> {
         if additional <= self.growth_left {
             return;
         }
-        let want = Self::buckets_for(self.items + additional);
+        let want = buckets_for(self.items + additional);
         // grow by at least 2x so that inserting one at a time stays amortised O(1)
         let buckets = if want > self.buckets() {
             want.max(self.buckets() * 2)
         } else {
             self.buckets() // only deleted markers to clear: rehash in place size
         };
+        self.rehash_into(buckets, rehash, warm);
+    }
+
+    /// Rehash into a table sized for the values it holds ([`buckets_for`]: 80 % full)
+    /// when it has over a quarter more slots than that — a table grown by doubling is
+    /// 44–88 % full — clearing deleted markers on the way. For a table about to be
+    /// written out (`INDEX`): a million keys in 1.25M slots instead of 2M, 21 MB of
+    /// table instead of 34. Returns whether it rehashed.
+    pub fn fit(&mut self, rehash: impl Fn(&T) -> u64, warm: impl Fn(&T)) -> bool {
+        let want = buckets_for(self.items);
+        if self.buckets() <= want + want / 4 {
+            return false;
+        }
+        self.rehash_into(want, rehash, warm);
+        true
+    }
+
+    /// Move every value into a new table of `buckets` slots (room for all of them).
+    fn rehash_into(&mut self, buckets: usize, rehash: impl Fn(&T) -> u64, warm: impl Fn(&T)) {
+        debug_assert!(self.items <= capacity(buckets));
         const AHEAD: usize = 16;
         // In chunks, so that the temporaries stay small: whole-table index and hash
         // arrays (12 bytes per value) would be freed just after the new table was
@@ -469,7 +569,7 @@ impl<T: Slot> Table<T> {
             // 2. placement, prefetching each home group AHEAD values early
             for (j, (&i, &h)) in idx.iter().zip(&hashes).enumerate() {
                 if let Some(&ha) = hashes.get(j + AHEAD) {
-                    let home = ha as usize & new.mask;
+                    let home = new.home(ha);
                     prefetch(new.ctrl.as_ptr().wrapping_add(home));
                     prefetch(new.slots.as_ptr().wrapping_add(home));
                 }
@@ -491,7 +591,7 @@ impl<T: Slot> Table<T> {
 
     /// Prefetch the group and slot where a value hashed to `hash` would be found.
     pub fn warm(&self, hash: u64) {
-        let home = hash as usize & self.mask;
+        let home = self.home(hash);
         prefetch(self.ctrl.as_ptr().wrapping_add(home));
         prefetch(self.slots.as_ptr().wrapping_add(home));
     }
@@ -590,6 +690,98 @@ mod tests {
         let mut seen: Vec<u64> = t.iter().copied().collect();
         seen.sort_unstable();
         assert_eq!(seen, (0..10_000).filter(|k| k % 2 == 1).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn tables_of_any_whole_number_of_groups() {
+        // sized for a count: not a power of two, probes wrap by comparison
+        for n in [1usize, 7, 100, 1_000, 12_345] {
+            let mut t: Table<u64> = Table::new();
+            t.reserve(n, |v| hash(*v), |_| ());
+            let b = t.buckets();
+            assert!(valid_buckets(b) && t.room() >= n);
+            if n > 7 {
+                assert_eq!(b, buckets_for(n)); // (7 fit the first 8 slots)
+            }
+            for k in 0..n as u64 {
+                assert!(put(&mut t, k));
+            }
+            assert_eq!(t.buckets(), b, "{n} keys fit without growing");
+            for k in 0..n as u64 {
+                assert!(t.find(hash(k), |v| *v == k).is_some(), "{n}: {k}");
+            }
+            assert!(t.find(hash(u64::MAX), |v| *v == u64::MAX).is_none());
+            // grown past it (doubling from there), then erased and put back
+            for k in n as u64..3 * n as u64 + 50 {
+                assert!(put(&mut t, k));
+            }
+            for k in (0..3 * n as u64 + 50).step_by(3) {
+                let s = t.find(hash(k), |v| *v == k).expect("present");
+                t.erase(s);
+            }
+            for k in 0..3 * n as u64 + 50 {
+                assert_eq!(
+                    t.find(hash(k), |v| *v == k).is_some(),
+                    k % 3 != 0,
+                    "{n}: {k}"
+                );
+            }
+            // the control bytes count as a table's (the mirrored first group included)
+            let (c, _) = t.raw();
+            assert_eq!(count_ctrl(c, t.buckets()), Some((t.len(), t.deleted())));
+        }
+    }
+
+    #[test]
+    fn fit_shrinks_a_table_that_grew_by_doubling() {
+        let mut t: Table<u64> = Table::new();
+        for k in 0..1_000 {
+            put(&mut t, k); // one at a time: 8, 16, … 2,048 slots (49 % full)
+        }
+        for k in 0..100 {
+            let s = t.find(hash(k), |v| *v == k).expect("present");
+            t.erase(s);
+        }
+        assert_eq!(t.buckets(), 2_048);
+        assert!(t.fit(|v| hash(*v), |_| ()));
+        assert_eq!(
+            (t.buckets(), t.len(), t.deleted()),
+            (buckets_for(900), 900, 0)
+        );
+        for k in 0..1_000 {
+            assert_eq!(t.find(hash(k), |v| *v == k).is_some(), k >= 100, "{k}");
+        }
+        assert!(!t.fit(|v| hash(*v), |_| ()), "already fitted");
+        let (c, s) = t.raw();
+        let back = Table::from_raw(c.to_vec().into(), s.to_vec().into()).expect("consistent");
+        assert!((100..1_000).all(|k| back.find(hash(k), |v| *v == k).is_some()));
+    }
+
+    #[test]
+    fn a_probe_that_meets_no_empty_slot_scans_the_table() {
+        // 24 slots (3 groups), 21 used (the most a table may), the empty ones at 21-23.
+        // A probe from home slot 0-2 covers slots home..home+16 and then comes back to
+        // its start (triangular steps over 3 groups): it never meets an empty slot, nor
+        // slot 18 — the scan must find what is there.
+        let home = |h: u64| ((u128::from(h << 7) * 24) >> 64) as usize;
+        let mut near = (0u64..).filter(|&k| home(hash(k)) <= 2);
+        let (v, absent) = (near.next().expect("a key"), near.next().expect("another"));
+        let mut ctrl = vec![0x11u8; 24 + GROUP];
+        let mut slots: Vec<u64> = (0..24).map(|i| 1_000_000 + i).collect();
+        ctrl[3] = DELETED;
+        ctrl[18] = h2(hash(v));
+        slots[18] = v;
+        for c in &mut ctrl[21..24] {
+            *c = EMPTY;
+        }
+        let mirror: Vec<u8> = ctrl[..GROUP].to_vec();
+        ctrl[24..].copy_from_slice(&mirror);
+        assert_eq!(count_ctrl(&ctrl, 24), Some((20, 1)));
+        let t = Table::from_counted(ctrl.into(), slots.into(), 20, 1).expect("counts fit");
+        assert_eq!(t.home(hash(v)), home(hash(v)));
+        assert_eq!(t.find(hash(v), |x| *x == v), Some(18));
+        // absent: the first free slot on the probe's path
+        assert_eq!(t.find_or_free(hash(absent), |x| *x == absent), Err(3));
     }
 
     #[test]
