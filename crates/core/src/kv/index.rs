@@ -1058,6 +1058,12 @@ impl Index {
         [ctrl.len(), std::mem::size_of_val(slots), arena]
     }
 
+    /// The table's slots (every one, empty ones included), as [`Index::to_parts`] gives
+    /// them in bytes.
+    pub fn entries(&self) -> &[Entry] {
+        self.table.raw().1
+    }
+
     pub fn to_parts(&self) -> Parts<'_> {
         debug_assert_eq!(self.tombstones, 0);
         assert!(

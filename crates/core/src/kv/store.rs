@@ -3,7 +3,7 @@
 
 use super::append::Appender;
 use super::dict::{self, Zstd};
-use super::index::{Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
+use super::index::{Entry, Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
 use super::mapped;
 use super::overlay;
 use super::record::{self, Kind, FLAG_BATCH, FLAG_COMPRESSED, FLAG_LZ4, FLAG_ZSTD, HEADER};
@@ -4946,11 +4946,14 @@ impl Store {
         // ~60 MB for a million keys were half of the writers' wait), with room for
         // what the index grows by until then.
         let sizes = self.state.read().expect("state").index.part_sizes();
-        let [mut ctrl, mut slots, mut arena] = sizes.map(|n| {
-            let mut v = vec![1u8; n + n / 8 + 4096];
+        let room = |n: usize| n + n / 8 + 4096;
+        let [mut ctrl, _, mut arena] = sizes.map(|n| {
+            let mut v = vec![1u8; room(n)];
             v.clear();
             v
         });
+        let mut slots = vec![Entry::default(); room(sizes[1]) / std::mem::size_of::<Entry>()];
+        slots.clear();
         let (p, seq, at) = {
             let c = self.flushed_commit(true)?;
             let end = c.write_off;
@@ -4962,23 +4965,28 @@ impl Store {
             let at = Self::synced_segments(&st, end)?;
             let p = st.index.to_parts();
             ctrl.extend_from_slice(p.ctrl);
-            slots.extend_from_slice(p.slots);
+            slots.extend_from_slice(st.index.entries());
             arena.extend_from_slice(p.arena[0]);
             arena.extend_from_slice(p.arena[1]);
             let meta = (p.seed, p.check, p.dead, p.items, p.deleted);
             (meta, st.seq, at)
         };
-        let parts = super::index::Parts {
-            seed: p.0,
-            check: p.1,
-            ctrl: &ctrl,
-            slots: &slots,
-            arena: [&arena, &[]],
-            dead: p.2,
-            items: p.3,
-            deleted: p.4,
-        };
-        snapshot::write_parts(&self.dir, &parts, seq, &at)
+        // the copy, sized for its keys as at close (a table that grew by doubling can be
+        // under half full) — outside the locks: nobody waits for the rehash
+        let (seed, check, dead, items, deleted) = p;
+        let mut copy = Index::from_parts(
+            seed,
+            check,
+            ctrl.into(),
+            slots.into(),
+            arena.into(),
+            dead,
+            items,
+            deleted,
+        )
+        .expect("a copy of a consistent index");
+        copy.fit_table();
+        snapshot::write_parts(&self.dir, &copy.to_parts(), seq, &at)
     }
 
     // ----- introspection ---------------------------------------------------------------

@@ -1909,6 +1909,39 @@ fn index_is_written_sized_for_its_keys() {
 }
 
 #[test]
+fn a_compactions_index_is_sized_for_its_keys() {
+    // the INDEX a compaction writes while the store stays open is fitted as a close's
+    // is, from its copy of the table (16,384 slots for 10,000 keys in memory)
+    let d = tempfile::tempdir().unwrap();
+    let o = || Options {
+        durability: Durability::None,
+        segment_size: 1 << 20,
+        ..Default::default()
+    };
+    let key = |i: u32| format!("key{i:08}").into_bytes();
+    let s = Store::open(d.path(), o()).unwrap();
+    for i in 0..10_000 {
+        s.put(&key(i), &i.to_le_bytes()).unwrap();
+    }
+    for i in 0..2_000 {
+        s.put(&key(i), b"again").unwrap();
+    }
+    s.compact().unwrap();
+    assert_eq!(s.state.read().unwrap().index.memory_buckets(), 16_384);
+    let snap = fs::read(d.path().join(snapshot::FILE)).unwrap();
+    let buckets = u64::from_le_bytes(snap[48..56].try_into().unwrap()) as usize;
+    assert_eq!(buckets, super::super::table::buckets_for(10_000));
+    s.put(b"after", b"the compaction").unwrap();
+    drop(s);
+    let s = Store::open(d.path(), o()).unwrap();
+    assert!(s.recovery.from_snapshot);
+    assert_eq!(s.len(), 10_001);
+    assert_eq!(s.get(&key(1)).unwrap().unwrap(), b"again");
+    assert_eq!(s.get(&key(9_999)).unwrap().unwrap(), 9_999u32.to_le_bytes());
+    assert_eq!(s.get(b"after").unwrap().unwrap(), b"the compaction");
+}
+
+#[test]
 fn a_multi_get_that_met_cold_values_checks_the_next_ones_first() {
     let d = tempfile::tempdir().unwrap();
     let keys: Vec<Vec<u8>> = (0..3000u32)
