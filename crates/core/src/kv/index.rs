@@ -638,6 +638,17 @@ impl Index {
     /// Move the overlay's keys into the table (copying the mapped pages they land on, or
     /// growing the table onto the heap when it has no room left for them).
     pub fn merge_overlay(&mut self) {
+        self.merge_overlay_with(false);
+    }
+
+    /// Merge the overlay and size the table for its keys (see [`Table::fit`]): for an
+    /// index about to be written out. Returns whether the table was rehashed.
+    pub fn merge_and_fit(&mut self) -> bool {
+        self.merge_overlay_with(true);
+        self.fit_table()
+    }
+
+    fn merge_overlay_with(&mut self, last: bool) {
         self.detach();
         if self.over.is_empty() {
             return;
@@ -645,11 +656,14 @@ impl Index {
         self.erased = None; // (the table's pages now differ from the snapshot's)
         let over = std::mem::take(&mut self.over);
         let (hasher, arena) = (&self.hasher, &self.arena);
-        self.table.reserve(
-            over.len() - self.shadows,
-            |e| hasher.hash_one(arena.key(e.at())),
-            |e| super::table::prefetch(arena.ptr_at(e.at())),
-        );
+        let rehash = |e: &Entry| hasher.hash_one(arena.key(e.at()));
+        let warm = |e: &Entry| super::table::prefetch(arena.ptr_at(e.at()));
+        let more = over.len() - self.shadows;
+        if last {
+            self.table.reserve_exact(more, rehash, warm);
+        } else {
+            self.table.reserve(more, rehash, warm);
+        }
         for e in over.iter() {
             let key = arena.key(e.at());
             let h = hasher.hash_one(key);
@@ -664,7 +678,7 @@ impl Index {
 
     /// Rehash the table to the size its keys need (see [`Table::fit`]) before it is
     /// written out; the overlay must have been merged. Returns whether it rehashed.
-    pub fn fit_table(&mut self) -> bool {
+    fn fit_table(&mut self) -> bool {
         debug_assert!(self.over.is_empty());
         let (hasher, arena) = (&self.hasher, &self.arena);
         let moved = self.table.fit(

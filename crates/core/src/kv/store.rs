@@ -4985,7 +4985,7 @@ impl Store {
             deleted,
         )
         .expect("a copy of a consistent index");
-        copy.fit_table();
+        copy.merge_and_fit(); // (nothing to merge: the copy has no overlay)
         snapshot::write_parts(&self.dir, &copy.to_parts(), seq, &at)
     }
 
@@ -5165,11 +5165,10 @@ impl Store {
         // the write lock keeps new ones out until the file is written (at close, nobody
         // else holds the store anyway)
         let mut st = self.state.write().expect("state");
-        st.index.merge_overlay();
         // a table that grew by doubling can be under half full: the file gets one sized
         // for its keys (1M keys: INDEX 41 MB instead of 56, less to write now and to
-        // read after the next boot)
-        st.index.fit_table();
+        // read after the next boot); the overlay's keys joining it do not double it first
+        st.index.merge_and_fit();
         let at = Self::synced_segments(&st, end)?;
         snapshot::write(&self.dir, &st.index, st.seq, &at)
     }

@@ -525,6 +525,20 @@ impl<T: Slot> Table<T> {
         self.rehash_into(buckets, rehash, warm);
     }
 
+    /// [`Table::reserve`] for the last values a table takes before it is written out:
+    /// when it must grow, to the size `fit` would give it rather than twice its size
+    /// (which `fit` would then rehash again).
+    pub fn reserve_exact(
+        &mut self,
+        additional: usize,
+        rehash: impl Fn(&T) -> u64,
+        warm: impl Fn(&T),
+    ) {
+        if additional > self.growth_left {
+            self.rehash_into(buckets_for(self.items + additional), rehash, warm);
+        }
+    }
+
     /// Rehash into a table sized for the values it holds ([`buckets_for`]: 80 % full)
     /// when it has over a quarter more slots than that — a table grown by doubling is
     /// 44–88 % full — clearing deleted markers on the way. For a table about to be
