@@ -747,6 +747,56 @@ mod tests {
     }
 
     #[test]
+    fn random_operations_match_a_model() {
+        // puts, erases, reservations of any size (tables of any whole number of groups),
+        // fits and round trips through the raw arrays, against a HashSet
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut t: Table<u64> = Table::new();
+        let mut model = std::collections::HashSet::new();
+        for step in 0..60_000u32 {
+            let r = next();
+            let k = next() % 5_000; // (a small key space: erases and re-puts meet)
+            match r % 100 {
+                0..=59 => assert_eq!(put(&mut t, k), model.insert(k), "step {step}"),
+                60..=89 => {
+                    let s = t.find(hash(k), |v| *v == k);
+                    assert_eq!(s.is_some(), model.remove(&k), "step {step}");
+                    if let Some(s) = s {
+                        t.erase(s);
+                    }
+                }
+                90..=94 => t.reserve((next() % 3_000) as usize, |v| hash(*v), |_| ()),
+                95..=97 => {
+                    t.fit(|v| hash(*v), |_| ());
+                }
+                _ => {
+                    let (c, s) = t.raw();
+                    t = Table::from_raw(c.to_vec().into(), s.to_vec().into()).expect("raw");
+                }
+            }
+            assert!(valid_buckets(t.buckets()) && t.len() == model.len());
+        }
+        for k in 0..5_000 {
+            assert_eq!(
+                t.find(hash(k), |v| *v == k).is_some(),
+                model.contains(&k),
+                "{k}"
+            );
+        }
+        let mut seen: Vec<u64> = t.iter().copied().collect();
+        let mut want: Vec<u64> = model.into_iter().collect();
+        seen.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
     fn fit_shrinks_a_table_that_grew_by_doubling() {
         let mut t: Table<u64> = Table::new();
         for k in 0..1_000 {
