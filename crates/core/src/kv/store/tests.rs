@@ -1857,87 +1857,105 @@ fn snapshots_of_another_layout_are_ignored() {
     }
 }
 
-#[test]
-fn index_is_written_sized_for_its_keys() {
-    // keys put one at a time: the table doubles (16,384 slots for 10,000 keys, 61 %
-    // full); INDEX gets one sized for them, which the next open maps and grows from
-    let d = tempfile::tempdir().unwrap();
-    let opts = || Options {
+/// The sizing tests' keys.
+fn sized_key(i: u32) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+/// Durability "none", segments of 8 MiB.
+fn sizing_opts() -> Options {
+    Options {
         durability: Durability::None,
         segment_size: 8 << 20,
         ..Default::default()
-    };
-    let key = |i: u32| format!("key{i:08}").into_bytes();
-    let index = d.path().join(snapshot::FILE);
-    let buckets = || {
-        let snap = fs::read(&index).unwrap();
-        u64::from_le_bytes(snap[48..56].try_into().unwrap()) as usize
-    };
-    {
-        let s = Store::open(d.path(), opts()).unwrap();
-        for i in 0..10_000 {
-            s.put(&key(i), &i.to_le_bytes()).unwrap();
-        }
-        assert_eq!(s.state.read().unwrap().index.memory_buckets(), 16_384);
     }
-    assert_eq!(buckets(), super::super::table::buckets_for(10_000));
+}
+
+/// A store at `d` given keys 0..10,000 one at a time (each key's value: its number):
+/// its table doubled from 8 slots to 16,384, 61 % full.
+fn ten_thousand_one_at_a_time(d: &Path) -> Store {
+    let s = Store::open(d, sizing_opts()).unwrap();
+    for i in 0..10_000 {
+        s.put(&sized_key(i), &i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(s.state.read().unwrap().index.memory_buckets(), 16_384);
+    s
+}
+
+/// The slots of the table in `d`'s `INDEX` (its header's `buckets`).
+fn index_buckets(d: &Path) -> usize {
+    let snap = fs::read(d.join(snapshot::FILE)).unwrap();
+    u64::from_le_bytes(snap[48..56].try_into().unwrap()) as usize
+}
+
+#[test]
+fn index_is_written_sized_for_its_keys() {
+    // INDEX gets a table sized for the keys, which the next open maps and grows from
+    let d = tempfile::tempdir().unwrap();
+    drop(ten_thousand_one_at_a_time(d.path()));
+    assert_eq!(
+        index_buckets(d.path()),
+        super::super::table::buckets_for(10_000)
+    );
     {
-        let s = Store::open(d.path(), opts()).unwrap();
+        let s = Store::open(d.path(), sizing_opts()).unwrap();
         assert!(s.recovery.from_snapshot);
         assert_eq!(s.get(b"absent").unwrap(), None);
         for i in (0..10_000).step_by(7) {
-            assert_eq!(s.get(&key(i)).unwrap().unwrap(), i.to_le_bytes());
+            assert_eq!(s.get(&sized_key(i)).unwrap().unwrap(), i.to_le_bytes());
         }
         // past what the overlay holds (65,536 keys): its keys join the table, which
         // grows onto the heap
         for i in 10_000..80_000 {
-            s.put(&key(i), &i.to_le_bytes()).unwrap();
+            s.put(&sized_key(i), &i.to_le_bytes()).unwrap();
         }
-        assert!(s.delete(&key(3)).unwrap());
+        assert!(s.delete(&sized_key(3)).unwrap());
         assert!(!s.state.read().unwrap().index.is_mapped());
     }
     // (fitted when over a quarter larger than a table sized for them)
-    let (b, want) = (buckets(), super::super::table::buckets_for(79_999));
+    let (b, want) = (
+        index_buckets(d.path()),
+        super::super::table::buckets_for(79_999),
+    );
     assert!(b / 8 * 7 >= 79_999 && b <= want + want / 4, "{b} slots");
-    let s = Store::open(d.path(), opts()).unwrap();
+    let s = Store::open(d.path(), sizing_opts()).unwrap();
     assert!(s.recovery.from_snapshot);
     assert_eq!(s.len(), 79_999);
-    assert_eq!(s.get(&key(3)).unwrap(), None);
+    assert_eq!(s.get(&sized_key(3)).unwrap(), None);
     for i in (0..80_000).filter(|&i| i != 3) {
-        assert_eq!(s.get(&key(i)).unwrap().unwrap(), i.to_le_bytes(), "{i}");
+        assert_eq!(
+            s.get(&sized_key(i)).unwrap().unwrap(),
+            i.to_le_bytes(),
+            "{i}"
+        );
     }
 }
 
 #[test]
 fn a_compactions_index_is_sized_for_its_keys() {
     // the INDEX a compaction writes while the store stays open is fitted as a close's
-    // is, from its copy of the table (16,384 slots for 10,000 keys in memory)
+    // is, from its copy of the table
     let d = tempfile::tempdir().unwrap();
-    let o = || Options {
-        durability: Durability::None,
-        segment_size: 1 << 20,
-        ..Default::default()
-    };
-    let key = |i: u32| format!("key{i:08}").into_bytes();
-    let s = Store::open(d.path(), o()).unwrap();
-    for i in 0..10_000 {
-        s.put(&key(i), &i.to_le_bytes()).unwrap();
-    }
+    let s = ten_thousand_one_at_a_time(d.path());
     for i in 0..2_000 {
-        s.put(&key(i), b"again").unwrap();
+        s.put(&sized_key(i), b"again").unwrap();
     }
     s.compact().unwrap();
     assert_eq!(s.state.read().unwrap().index.memory_buckets(), 16_384);
-    let snap = fs::read(d.path().join(snapshot::FILE)).unwrap();
-    let buckets = u64::from_le_bytes(snap[48..56].try_into().unwrap()) as usize;
-    assert_eq!(buckets, super::super::table::buckets_for(10_000));
+    assert_eq!(
+        index_buckets(d.path()),
+        super::super::table::buckets_for(10_000)
+    );
     s.put(b"after", b"the compaction").unwrap();
     drop(s);
-    let s = Store::open(d.path(), o()).unwrap();
+    let s = Store::open(d.path(), sizing_opts()).unwrap();
     assert!(s.recovery.from_snapshot);
     assert_eq!(s.len(), 10_001);
-    assert_eq!(s.get(&key(1)).unwrap().unwrap(), b"again");
-    assert_eq!(s.get(&key(9_999)).unwrap().unwrap(), 9_999u32.to_le_bytes());
+    assert_eq!(s.get(&sized_key(1)).unwrap().unwrap(), b"again");
+    assert_eq!(
+        s.get(&sized_key(9_999)).unwrap().unwrap(),
+        9_999u32.to_le_bytes()
+    );
     assert_eq!(s.get(b"after").unwrap().unwrap(), b"the compaction");
 }
 
@@ -2209,16 +2227,22 @@ fn relay_primes_the_next_writer() {
     assert_eq!(s.primed.load(Ordering::Relaxed), 0);
 }
 
-#[test]
-fn group_commit_threads() {
-    let d = tempfile::tempdir().unwrap();
-    let s = Store::open(d.path(), opts()).unwrap();
-    on_threads(8, |t| {
-        for i in 0..100 {
+/// `each` puts from each of `threads` threads started together; all of them are there.
+fn puts_from_threads(s: &Store, threads: usize, each: usize) {
+    let start = std::sync::Barrier::new(threads);
+    on_threads(threads, |t| {
+        start.wait();
+        for i in 0..each {
             s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
         }
     });
-    assert_eq!(s.len(), 800);
+    assert_eq!(s.len(), threads * each);
+}
+
+#[test]
+fn group_commit_threads() {
+    let d = tempfile::tempdir().unwrap();
+    puts_from_threads(&Store::open(d.path(), opts()).unwrap(), 8, 100);
 }
 
 /// Relay mode as Python uses it: each thread holds a process-wide lock (the GIL)
@@ -2257,15 +2281,7 @@ fn relayed_writers_under_a_global_lock() {
 #[test]
 fn relayed_writers_nobody_releases() {
     let d = tempfile::tempdir().unwrap();
-    let s = relayed(&d);
-    let start = std::sync::Barrier::new(8);
-    on_threads(8, |t| {
-        start.wait();
-        for i in 0..3 {
-            s.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
-        }
-    });
-    assert_eq!(s.len(), 24);
+    puts_from_threads(&relayed(&d), 8, 3);
 }
 
 #[test]
