@@ -476,10 +476,16 @@ impl Index {
     }
 
     /// Note `seq` as the entry's at arena position `at` (recovery only).
+    #[inline(always)]
     fn note_seq(&mut self, at: u64, seq: Option<u64>) {
-        let (Some(seq), true) = (seq, self.seqs.is_some()) else {
-            return;
-        };
+        // (only while a recovery tracks them: a put's call costs a test, not a call)
+        if let (Some(seq), true) = (seq, self.seqs.is_some()) {
+            self.note_seq_tracked(at, seq);
+        }
+    }
+
+    #[inline(never)]
+    fn note_seq_tracked(&mut self, at: u64, seq: u64) {
         let i = (at / 4) as usize;
         let (units, keys) = (self.arena.len() / 4 + 1, self.table.len() + self.over.len());
         // (the arena's capacity, as far as a dense array is worth it for the keys the
