@@ -120,3 +120,16 @@ def test_target_ratios_never_round_onto_the_other_side() -> None:
     assert shown_ratio(0.996, 1.0) == "0.996×"
     assert shown_ratio(1.5, 1.5) == "1.50×" and shown_ratio(1.234, 1.0) == "1.23×"
     assert shown_ratio(0.94, 1.0) == "0.94×"
+
+
+def test_the_chart_leaves_out_rows_only_xkv_has() -> None:
+    """xkv's index-memory rows have no peer: charted, they showed xkv's bar at 1 as if
+    it had beaten someone (session 25)."""
+    from uringkit.kv.bench import compared
+
+    rows = {
+        "load (puts/s, batches)": {"xkv": 3.0, "lmdb": 2.0},
+        "index RSS per key beyond the key": {"xkv": 25.9},
+        "reopen after load (ms)": {"xkv": 0.05, "lmdb": 0.18, "leveldb": 1.3},
+    }
+    assert compared(rows) == ["load (puts/s, batches)", "reopen after load (ms)"]

@@ -687,9 +687,16 @@ def print_targets(con: Console, rows: dict[str, dict[str, float]]) -> None:
     con.print(f"targets met: {sum(x['met'] for x in known)} of {len(known)}")
 
 
+def compared(rows: dict[str, dict[str, float]]) -> list[str]:
+    """The workloads at least two stores ran: what a chart of ratios can show (xkv's
+    index memory rows have no peer, and would show as xkv's bar at 1)."""
+    return [w for w, r in rows.items() if len(r) > 1]
+
+
 def plot(path: str, rows: dict[str, dict[str, float]]) -> bool:
     """One bar per store per workload, each row scaled to its best store (1 = best;
-    rows where lower is better inverted so that taller is always better)."""
+    rows where lower is better inverted so that taller is always better); only the
+    rows two stores or more ran (`compared`)."""
     try:
         import matplotlib
 
@@ -698,7 +705,7 @@ def plot(path: str, rows: dict[str, dict[str, float]]) -> bool:
     except ImportError:
         return False
     names = sorted({p for r in rows.values() for p in r}, key=lambda n: (n != "xkv", n))
-    work = [w for w, r in rows.items() if r]
+    work = compared(rows)
     fig, ax = plt.subplots(figsize=(13, 0.45 * len(work) * len(names) / 2 + 2))
     h = 0.8 / len(names)
     for i, n in enumerate(names):
