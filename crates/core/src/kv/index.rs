@@ -393,6 +393,16 @@ impl Index {
 
     /// Room for `keys` entries and `arena` bytes of keys without rehashing.
     pub fn reserve(&mut self, keys: usize, arena: usize) {
+        self.reserve_with(keys, arena, false);
+    }
+
+    /// [`Index::reserve`] for a rebuild: the table about half full once the keys are in
+    /// (see [`Table::reserve_sparse`]).
+    pub fn reserve_for_rebuild(&mut self, keys: usize, arena: usize) {
+        self.reserve_with(keys, arena, true);
+    }
+
+    fn reserve_with(&mut self, keys: usize, arena: usize, sparse: bool) {
         self.shared_room(keys, arena, 0);
         let (hasher, ar) = (&self.hasher, &self.arena);
         // (new keys go to the overlay while the table is the mapped snapshot)
@@ -401,11 +411,13 @@ impl Index {
         } else {
             &mut self.table
         };
-        t.reserve(
-            keys,
-            |e| hasher.hash_one(ar.key(e.at())),
-            |e| super::table::prefetch(ar.ptr_at(e.at())),
-        );
+        let rehash = |e: &Entry| hasher.hash_one(ar.key(e.at()));
+        let warm = |e: &Entry| super::table::prefetch(ar.ptr_at(e.at()));
+        if sparse {
+            t.reserve_sparse(keys, rehash, warm);
+        } else {
+            t.reserve(keys, rehash, warm);
+        }
         self.arena.reserve(arena);
     }
 

@@ -1433,7 +1433,7 @@ impl Store {
                 let mut index = Index::new();
                 // Reserve for the worst case (small records) so recovery never rehashes.
                 let total: u64 = sizes.values().sum();
-                index.reserve((total / 160) as usize, (total / 8) as usize);
+                index.reserve_for_rebuild((total / 160) as usize, (total / 8) as usize);
                 // (compaction outputs hold copies older than records of lower segments)
                 index.track_seqs();
                 (index, None, 0)
