@@ -8,7 +8,7 @@
 
 use super::mapped::{Arr, Map};
 use super::overlay::{self, Shared};
-use super::table::Table;
+use super::table::{Growth, Table};
 use foldhash::fast::FixedState;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -393,16 +393,16 @@ impl Index {
 
     /// Room for `keys` entries and `arena` bytes of keys without rehashing.
     pub fn reserve(&mut self, keys: usize, arena: usize) {
-        self.reserve_with(keys, arena, false);
+        self.reserve_as(Growth::Double, keys, arena);
     }
 
     /// [`Index::reserve`] for a rebuild: the table about half full once the keys are in
-    /// (see [`Table::reserve_sparse`]).
+    /// (see [`Growth::Sparse`]).
     pub fn reserve_for_rebuild(&mut self, keys: usize, arena: usize) {
-        self.reserve_with(keys, arena, true);
+        self.reserve_as(Growth::Sparse, keys, arena);
     }
 
-    fn reserve_with(&mut self, keys: usize, arena: usize, sparse: bool) {
+    fn reserve_as(&mut self, growth: Growth, keys: usize, arena: usize) {
         self.shared_room(keys, arena, 0);
         let (hasher, ar) = (&self.hasher, &self.arena);
         // (new keys go to the overlay while the table is the mapped snapshot)
@@ -411,13 +411,12 @@ impl Index {
         } else {
             &mut self.table
         };
-        let rehash = |e: &Entry| hasher.hash_one(ar.key(e.at()));
-        let warm = |e: &Entry| super::table::prefetch(ar.ptr_at(e.at()));
-        if sparse {
-            t.reserve_sparse(keys, rehash, warm);
-        } else {
-            t.reserve(keys, rehash, warm);
-        }
+        t.reserve_as(
+            growth,
+            keys,
+            |e| hasher.hash_one(ar.key(e.at())),
+            |e| super::table::prefetch(ar.ptr_at(e.at())),
+        );
         self.arena.reserve(arena);
     }
 
@@ -674,14 +673,12 @@ impl Index {
         self.erased = None; // (the table's pages now differ from the snapshot's)
         let over = std::mem::take(&mut self.over);
         let (hasher, arena) = (&self.hasher, &self.arena);
-        let rehash = |e: &Entry| hasher.hash_one(arena.key(e.at()));
-        let warm = |e: &Entry| super::table::prefetch(arena.ptr_at(e.at()));
-        let more = over.len() - self.shadows;
-        if last {
-            self.table.reserve_exact(more, rehash, warm);
-        } else {
-            self.table.reserve(more, rehash, warm);
-        }
+        self.table.reserve_as(
+            if last { Growth::Exact } else { Growth::Double },
+            over.len() - self.shadows,
+            |e| hasher.hash_one(arena.key(e.at())),
+            |e| super::table::prefetch(arena.ptr_at(e.at())),
+        );
         for e in over.iter() {
             let key = arena.key(e.at());
             let h = hasher.hash_one(key);

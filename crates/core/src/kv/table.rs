@@ -34,6 +34,22 @@ fn capacity(buckets: usize) -> usize {
     }
 }
 
+/// How a table that must grow for a reservation is sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    /// For the values asked for, and at least twice its size: inserting one at a time
+    /// stays amortised O(1).
+    Double,
+    /// About half full once the values asked for are in, where inserts probe least: for
+    /// a table built in one go (a rebuild at open — 1M keys from hint files: 132 ms into
+    /// a table 48 % full, 147 ms at 69 %); the table written out later is fitted
+    /// ([`Table::fit`]).
+    Sparse,
+    /// For the values asked for and no more (80 % full): the last values a table takes
+    /// before it is written out, which doubling first would have `fit` rehash again.
+    Exact,
+}
+
 /// Whether a table may have `buckets` slots: a whole number of groups, at least one.
 pub fn valid_buckets(buckets: usize) -> bool {
     buckets >= GROUP && buckets.is_multiple_of(GROUP)
@@ -512,47 +528,29 @@ impl<T: Slot> Table<T> {
     /// and `warm` may prefetch what `rehash` will read (the rehash runs a few values
     /// ahead of its prefetches: a key store read at random costs a cache miss per value).
     pub fn reserve(&mut self, additional: usize, rehash: impl Fn(&T) -> u64, warm: impl Fn(&T)) {
+        self.reserve_as(Growth::Double, additional, rehash, warm);
+    }
+
+    /// [`Table::reserve`], growing as `growth` says when it must.
+    pub fn reserve_as(
+        &mut self,
+        growth: Growth,
+        additional: usize,
+        rehash: impl Fn(&T) -> u64,
+        warm: impl Fn(&T),
+    ) {
         if additional <= self.growth_left {
             return;
         }
         let want = buckets_for(self.items + additional);
-        // grow by at least 2x so that inserting one at a time stays amortised O(1)
-        let buckets = if want > self.buckets() {
-            want.max(self.buckets() * 2)
-        } else {
-            self.buckets() // only deleted markers to clear: rehash in place size
+        let buckets = match growth {
+            // only deleted markers to clear: rehash in place size
+            Growth::Double if want <= self.buckets() => self.buckets(),
+            Growth::Double => want.max(self.buckets() * 2),
+            Growth::Sparse => (want / 5 * 8).next_multiple_of(GROUP).max(want),
+            Growth::Exact => want,
         };
         self.rehash_into(buckets, rehash, warm);
-    }
-
-    /// [`Table::reserve`] for a table built in one go from many inserts (a rebuild at
-    /// open): sized to be about half full once they are in, where inserts probe least
-    /// (1M keys rebuilt from hint files: 132 ms into a table 48 % full, 147 ms at 69 %);
-    /// the table written out later is fitted ([`Table::fit`]).
-    pub fn reserve_sparse(
-        &mut self,
-        additional: usize,
-        rehash: impl Fn(&T) -> u64,
-        warm: impl Fn(&T),
-    ) {
-        if additional > self.growth_left {
-            let b = buckets_for(self.items + additional);
-            self.rehash_into((b / 5 * 8).next_multiple_of(GROUP).max(b), rehash, warm);
-        }
-    }
-
-    /// [`Table::reserve`] for the last values a table takes before it is written out:
-    /// when it must grow, to the size `fit` would give it rather than twice its size
-    /// (which `fit` would then rehash again).
-    pub fn reserve_exact(
-        &mut self,
-        additional: usize,
-        rehash: impl Fn(&T) -> u64,
-        warm: impl Fn(&T),
-    ) {
-        if additional > self.growth_left {
-            self.rehash_into(buckets_for(self.items + additional), rehash, warm);
-        }
     }
 
     /// Rehash into a table sized for the values it holds ([`buckets_for`]: 80 % full)
@@ -815,7 +813,7 @@ mod tests {
     #[test]
     fn a_rebuild_reserves_a_half_full_table_and_fit_packs_it() {
         let mut t: Table<u64> = Table::new();
-        t.reserve_sparse(10_000, |v| hash(*v), |_| ());
+        t.reserve_as(Growth::Sparse, 10_000, |v| hash(*v), |_| ());
         let b = t.buckets();
         assert!(
             valid_buckets(b) && (19_000..=21_000).contains(&b),
