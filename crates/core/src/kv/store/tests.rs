@@ -1665,6 +1665,16 @@ fn a_clean_close_keeps_the_live_overlay_instead_of_rewriting_index() {
     assert!(!s.recovery.from_overlay && s.recovery.records >= 900);
     check(&s);
     drop(s);
+    // ... or an overlay of an older layout (version 3: home slots masked, not scaled)
+    let other = copy_without_lock(d.path());
+    let mut b = fs::read(other.path().join(overlay::FILE)).unwrap();
+    assert_eq!(&b[..5], b"XVO1\x04");
+    b[4] = 3;
+    fs::write(other.path().join(overlay::FILE), b).unwrap();
+    let s = Store::open(other.path(), o()).unwrap();
+    assert!(!s.recovery.from_overlay && s.recovery.records >= 900);
+    check(&s);
+    drop(s);
     // compaction drops both; the close after it writes INDEX
     let s = Store::open(d.path(), o()).unwrap();
     s.compact().unwrap();
