@@ -267,12 +267,7 @@ fn compaction_keeps_live_data_and_hints_reload() {
     let d = tempfile::tempdir().unwrap();
     {
         let s = Store::open(d.path(), opts()).unwrap();
-        for round in 0..5u32 {
-            for i in 0..500u32 {
-                s.put(format!("k{i}").as_bytes(), &round.to_le_bytes().repeat(20))
-                    .unwrap();
-            }
-        }
+        overwrite_rounds(&s, 5, 500, |r| u32::from(r).to_le_bytes().repeat(20));
         for i in 0..100u32 {
             s.delete(format!("k{i}").as_bytes()).unwrap();
         }
@@ -451,6 +446,15 @@ fn compacted_store(d: &Path) -> Vec<u32> {
     ids
 }
 
+/// [`compacted_store`] at `d`, and the first of its segments with a hint file (a
+/// compaction output).
+fn hinted_store(d: &Path) -> u32 {
+    compacted_store(d)
+        .into_iter()
+        .find(|id| d.join(hint_name(*id)).exists())
+        .expect("a compaction output")
+}
+
 #[test]
 fn varints_round_trip() {
     for v in [0, 1, 127, 128, 300, 1 << 32, u64::MAX - 1, u64::MAX] {
@@ -468,11 +472,7 @@ fn a_hint_of_random_entries_is_refused_not_a_panic() {
     // checksummed garbage after a version 3 header (or a version 1 one): never a
     // panic or an index of nonsense — the hint is not used and the segment is read
     let d = tempfile::tempdir().unwrap();
-    let ids = compacted_store(d.path());
-    let id = *ids
-        .iter()
-        .find(|id| d.path().join(hint_name(**id)).exists())
-        .unwrap();
+    let id = hinted_store(d.path());
     let size = fs::metadata(d.path().join(seg_name(id))).unwrap().len();
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     for round in 0..200 {
@@ -599,6 +599,35 @@ fn flip(path: &Path, at: u64, bits: u8) {
     fs::write(path, &data).unwrap();
 }
 
+/// Write `n` records into a store at `d` opened with `o` — `key(i)` to 100 bytes of
+/// `i as u8` — and close it.
+fn write_closed(d: &Path, o: Options, n: u32, key: impl Fn(u32) -> Vec<u8>) {
+    let s = Store::open(d, o).unwrap();
+    for i in 0..n {
+        s.put(&key(i), &[i as u8; 100]).unwrap();
+    }
+}
+
+/// Put keys `k0`…`k{keys-1}` into `s` `rounds` times over, round `r`'s value
+/// `value(r)`: every round but the last leaves only dead records behind.
+fn overwrite_rounds(s: &Store, rounds: u8, keys: u32, value: impl Fn(u8) -> Vec<u8>) {
+    for round in 0..rounds {
+        let v = value(round);
+        for i in 0..keys {
+            s.put(format!("k{i}").as_bytes(), &v).unwrap();
+        }
+    }
+}
+
+/// Damage the `nth` record of the segment at `path`: flip `bits` of its byte at
+/// `within` (from the record's start: `HEADER` and on is its key, then its value).
+/// Returns every record's offset.
+fn flip_in_record(path: &Path, nth: usize, within: usize, bits: u8) -> Vec<u64> {
+    let offs = record_offsets(path);
+    flip(path, offs[nth] + within as u64, bits);
+    offs
+}
+
 /// The message of the error that opening `dir` with `o` gives (it must fail).
 fn open_err(dir: &Path, o: Options) -> String {
     Store::open(dir, o)
@@ -626,12 +655,7 @@ fn repairing() -> Options {
 fn a_segment_cut_short_outside_the_store_is_an_error_unless_repair() {
     for (source, drop_index) in [("INDEX", false), ("its hint file", true)] {
         let d = tempfile::tempdir().unwrap();
-        let ids = compacted_store(d.path());
-        let hinted = ids
-            .iter()
-            .copied()
-            .find(|id| d.path().join(hint_name(*id)).exists())
-            .unwrap();
+        let hinted = hinted_store(d.path());
         if drop_index {
             fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
         }
@@ -699,15 +723,8 @@ fn an_orphan_hint_file_is_removed() {
 #[test]
 fn repair_reads_the_records_of_hinted_segments() {
     let d = tempfile::tempdir().unwrap();
-    let ids = compacted_store(d.path());
-    let hinted = ids
-        .iter()
-        .copied()
-        .find(|id| d.path().join(hint_name(*id)).exists())
-        .unwrap();
-    let path = d.path().join(seg_name(hinted));
-    let offs = record_offsets(&path);
-    flip(&path, offs[3] + HEADER as u64 + 2, 0x55); // inside the 4th record's key
+    let hinted = hinted_store(d.path());
+    let offs = flip_in_record(&d.path().join(seg_name(hinted)), 3, HEADER + 2, 0x55); // its key
     fs::remove_file(d.path().join(snapshot::FILE)).unwrap();
     {
         // the hint file is trusted: the damage is found when the record is read
@@ -736,10 +753,8 @@ fn damage_below_what_index_recorded_is_not_a_torn_tail() {
     let d = tempfile::tempdir().unwrap();
     let ids = compacted_store(d.path());
     let newest = *ids.last().unwrap();
-    let path = d.path().join(seg_name(newest));
-    let offs = record_offsets(&path);
+    let offs = flip_in_record(&d.path().join(seg_name(newest)), 5, HEADER + 1, 0x55);
     assert!(offs.len() > 20);
-    flip(&path, offs[5] + HEADER as u64 + 1, 0x55);
     let e = open_err(d.path(), no_index());
     assert!(
         e.contains(&seg_name(newest)) && e.contains(&format!("offset {}", offs[5])),
@@ -756,11 +771,7 @@ fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
     // no INDEX to say how far the newest segment was synced: the durable marks of
     // the records after the damage do
     let d = tempfile::tempdir().unwrap();
-    let s = Store::open(d.path(), no_index()).unwrap();
-    for i in 0..20u8 {
-        s.put(&[b'k', i], &[i; 100]).unwrap();
-    }
-    drop(s);
+    write_closed(d.path(), no_index(), 20, |i| vec![b'k', i as u8]);
     let header_only = fs::metadata(d.path().join(snapshot::FILE)).unwrap().len();
     assert!(
         header_only < 512,
@@ -769,9 +780,7 @@ fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
     // (gone, as when the writer is killed after it reopened the store: then nothing
     // but the marks says how far the segment was synced)
     snapshot::remove(d.path()).unwrap();
-    let path = d.path().join(seg_name(1));
-    let offs = record_offsets(&path);
-    flip(&path, offs[5] + HEADER as u64 + 3, 0x10);
+    let offs = flip_in_record(&d.path().join(seg_name(1)), 5, HEADER + 3, 0x10);
     let e = Store::open(d.path(), no_index()).err().unwrap().to_string();
     assert!(
         e.contains(&format!("offset {}", offs[5])) && e.contains("not a torn tail"),
@@ -802,9 +811,7 @@ fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
     }
     drop(s);
     snapshot::remove(d.path()).unwrap();
-    let path = d.path().join(seg_name(1));
-    let offs = record_offsets(&path);
-    flip(&path, offs[3] + HEADER as u64 + 3, 0x10);
+    flip_in_record(&d.path().join(seg_name(1)), 3, HEADER + 3, 0x10);
     let s = Store::open(d.path(), unsynced).unwrap();
     assert!(s.recovery.torn_bytes > 0);
     assert_eq!(s.len(), 3, "cut back to the last record before the tear");
@@ -813,11 +820,7 @@ fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
 #[test]
 fn a_store_without_snapshots_still_finds_segments_cut_or_removed() {
     let d = tempfile::tempdir().unwrap();
-    let s = Store::open(d.path(), no_index()).unwrap();
-    for i in 0..3000u32 {
-        s.put(&i.to_le_bytes(), &[7; 100]).unwrap();
-    }
-    drop(s);
+    write_closed(d.path(), no_index(), 3000, |i| i.to_le_bytes().to_vec());
     let ids: Vec<u32> = Store::list_dir(d.path())
         .unwrap()
         .iter()
@@ -927,11 +930,7 @@ fn auto_compaction_runs_in_the_background_when_dead_bytes_pass_the_trigger() {
         (st["auto_compactions"], st["auto_compact_failures"])
     };
     // 300 keys, each rewritten 40 times (~16 KiB of live data, ~650 KiB written)
-    for round in 0..40u8 {
-        for i in 0..300u32 {
-            s.put(format!("k{i}").as_bytes(), &[round; 50]).unwrap();
-        }
-    }
+    overwrite_rounds(&s, 40, 300, |r| vec![r; 50]);
     let deadline = Instant::now() + Duration::from_secs(20);
     while auto(&s).0 == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
@@ -1287,11 +1286,7 @@ fn no_auto_compaction_below_the_trigger_or_when_turned_off() {
         };
         let s = Arc::new(Store::open(d.path(), o).unwrap());
         Store::start_background(&s);
-        for round in 0..rounds {
-            for i in 0..300u32 {
-                s.put(format!("k{i}").as_bytes(), &[round; 50]).unwrap();
-            }
-        }
+        overwrite_rounds(&s, rounds, 300, |r| vec![r; 50]);
         std::thread::sleep(Duration::from_millis(100));
         let st: BTreeMap<String, u64> = s.stats().into_iter().collect();
         assert_eq!(st["auto_compactions"], 0, "{auto:?}");
@@ -1478,11 +1473,9 @@ fn repair_drops_a_batch_with_a_damaged_member_whole() {
         }
         s.put(b"after", b"y").unwrap();
         drop(s);
-        let path = d.path().join(seg_name(1));
-        let offs = record_offsets(&path);
+        let offs = flip_in_record(&d.path().join(seg_name(1)), damaged, 20, 1);
         // before, 3 + COMMIT, 3 + COMMIT, after
         assert_eq!(offs.len(), 10);
-        flip(&path, offs[damaged] + 20, 1);
         // (INDEX is not read, but what it recorded is the bound of what was synced)
         let e = open_err(d.path(), no_index());
         assert!(e.contains(&format!("offset {}", offs[damaged])), "{e}");
@@ -1527,11 +1520,7 @@ fn copy_without_lock(d: &Path) -> tempfile::TempDir {
 fn a_compaction_leaves_an_index_for_the_next_open_after_a_kill() {
     let d = tempfile::tempdir().unwrap();
     let s = Store::open(d.path(), opts()).unwrap();
-    for round in 0..3u8 {
-        for i in 0..1000u32 {
-            s.put(format!("k{i}").as_bytes(), &[round; 60]).unwrap();
-        }
-    }
+    overwrite_rounds(&s, 3, 1000, |r| vec![r; 60]);
     s.delete(b"k3").unwrap();
     s.compact().unwrap();
     assert!(
