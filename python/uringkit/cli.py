@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -72,7 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The `uringkit` command. Output piped into a reader that stops early (`| head`)
+    ends the command quietly with 141 (128 + SIGPIPE, as a shell reports a tool that
+    SIGPIPE killed) instead of a traceback."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # whatever is still buffered for stdout would raise again at exit: point it
+        # at /dev/null
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "bench":
         # fio-style options (--name=… --rw=…) are parsed by the bench itself.
         from . import bench

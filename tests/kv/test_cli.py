@@ -34,6 +34,26 @@ def test_commands(tmp_path: Path) -> None:
     assert kv("--hex", "get", p, "757365723a32").stdout == "626f62\n"
 
 
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    # `uringkit kv scan ... | head -1`: the pipe closes while the scan still prints
+    from uringkit import kv as kv_api
+
+    p = tmp_path / "s"
+    with kv_api.open(p, durability="none") as db:
+        db.write([(b"k%06d" % i, b"v" * 100) for i in range(50_000)])
+    with subprocess.Popen(
+        [sys.executable, "-m", "uringkit", "kv", "scan", str(p)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().startswith(b"k000000\t")
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 141, err
+    assert err == ""
+
+
 def test_compact_converts_to_a_compression(tmp_path: Path) -> None:
     from uringkit import kv as kv_api
 

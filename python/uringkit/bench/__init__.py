@@ -142,6 +142,8 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("\nuringkit bench: interrupted; no results written", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # (the reader stopped early: `uringkit` ends quietly, cli.main)
     except (OSError, RuntimeError, JobError) as e:
         print(f"uringkit bench: {e}", file=sys.stderr)
         return 1

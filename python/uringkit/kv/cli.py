@@ -169,6 +169,8 @@ def main(argv: list[str]) -> int:
                     width = max(map(len, st))
                     for name, value in st.items():
                         print(f"{name:{width}} {value}")
+    except BrokenPipeError:
+        raise  # (the reader stopped early: `uringkit` ends quietly, cli.main)
     except (OSError, ValueError) as e:
         print(f"uringkit kv: {e}", file=sys.stderr)
         return 1
