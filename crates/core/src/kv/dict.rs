@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 
@@ -49,6 +50,12 @@ const FILE_HEADER2: usize = 24;
 /// Compaction retrains only when the new dictionary makes held-out values at least
 /// this much smaller (a store whose data stays alike keeps its dictionary).
 pub const RETRAIN_GAIN: f64 = 0.10;
+/// Writers watch how well the dictionary does on what they write, over windows of this
+/// many values (see [`Zstd::compress_pinned`], "drift")...
+pub const DRIFT_WINDOW: u64 = 1000;
+/// ... and retrain it, on the values they write next, when a window's frames come out
+/// this much larger (relative to the values) than in the window they are compared with.
+pub const DRIFT: f64 = 0.20;
 
 /// The file a dictionary is kept in, named by its id.
 pub fn dict_name(id: u32) -> String {
@@ -204,6 +211,56 @@ fn train(dir: &Path, data: &[u8], sizes: &[usize]) -> Result<Vec<u8>, String> {
     Ok(dict)
 }
 
+/// `sizes` values back to back in `data`, apart.
+fn split<'a>(data: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
+    let mut at = 0;
+    sizes
+        .iter()
+        .map(|&n| {
+            at += n;
+            &data[at - n..at]
+        })
+        .collect()
+}
+
+/// A dictionary trained on every other one of `values` (the first [`SAMPLE_MAX`] bytes
+/// of each; those under [`COMPRESS_MIN`] left out) when it compresses the others at
+/// least [`RETRAIN_GAIN`] smaller than `cur` does at `level`: the dictionary, and the
+/// held-out values' size with `cur` and with it. None: too few values to judge (under a
+/// quarter of [`TRAIN_VALUES`]), no such gain, or training failed.
+fn better(cur: &CDict, values: &[&[u8]], level: i32) -> Option<(Vec<u8>, usize, usize)> {
+    let values: Vec<&[u8]> = values
+        .iter()
+        .filter(|v| v.len() >= COMPRESS_MIN)
+        .map(|v| &v[..v.len().min(SAMPLE_MAX)])
+        .collect();
+    if values.len() < TRAIN_VALUES / 4 {
+        return None;
+    }
+    let (train_on, held): (Vec<_>, Vec<_>) =
+        values.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let sizes: Vec<usize> = train_on.iter().map(|(_, v)| v.len()).collect();
+    let data: Vec<u8> = train_on
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .collect();
+    let new = zstd::dict::from_continuous(&data, &sizes, DICT_SIZE).ok()?;
+    let cand = CDict::try_create(&new, level)?;
+    let mut cctx = CCtx::create();
+    let mut out = Vec::new();
+    let mut size = |cd: &CDict| -> Option<usize> {
+        let mut n = 0;
+        for (_, v) in &held {
+            out.clear();
+            out.reserve(zstd_safe::compress_bound(v.len()));
+            n += cctx.compress_using_cdict(&mut out, v, cd).ok()?;
+        }
+        Some(n)
+    };
+    let (before, after) = (size(cur)?, size(&cand)?);
+    (after as f64 <= before as f64 * (1.0 - RETRAIN_GAIN)).then_some((new, before, after))
+}
+
 thread_local! {
     /// One decompression context per thread (making one is ~100 KB of allocation).
     static DCTX: RefCell<DCtx<'static>> = RefCell::new(DCtx::create());
@@ -212,16 +269,46 @@ thread_local! {
 struct Encoder {
     /// the dictionary values are compressed with, and its id
     dict: Option<(u32, Arc<CDict<'static>>)>,
-    /// its generation (retrained by compaction: one more than the one it replaced)
+    /// its generation (retrained by compaction or for drifting writes: one more than
+    /// the one it replaced)
     gen: u64,
     /// values sampled for training, back to back, and their sizes (None: not sampling —
-    /// a dictionary exists, is being trained, or training failed)
+    /// a dictionary exists and does as well as it did, is being trained, or training
+    /// failed)
     samples: Option<(Vec<u8>, Vec<usize>)>,
-    training: Option<JoinHandle<Result<Vec<u8>, String>>>,
+    training: Option<JoinHandle<Trained>>,
     failed: Option<String>,
+    /// what the writers' frames came to, relative to their values, in the window the
+    /// current dictionary is held to (None: not measured yet — a new dictionary's first
+    /// window sets it)
+    baseline: Option<f64>,
+    /// times writers found the values drifting and retrained, and of those, the new
+    /// dictionaries kept (`stats()`)
+    drift_retrains: (u64, u64),
     /// dictionaries retraining replaced in this open: a value compressed with one holds
     /// a strong reference ([`Pin`]) until it is encoded into the log's buffers
     retired: Vec<(u32, Weak<CDict<'static>>)>,
+}
+
+/// What the background thread made of its samples.
+enum Trained {
+    /// The store's first dictionary (written to the directory), or why not.
+    First(Result<Vec<u8>, String>),
+    /// Writers found their values drifting: a dictionary of this generation, written
+    /// to the directory because it did [`RETRAIN_GAIN`] better than the current one on
+    /// held-out values (None: it did not, or training failed; nothing changes).
+    Next(Option<(Vec<u8>, u64)>),
+}
+
+/// What writers' frames come to relative to their values, with the dictionary `id` —
+/// counted outside the encoder's lock, judged under it once a window is full (see
+/// [`Zstd::compress_pinned`]).
+#[derive(Default)]
+struct Watch {
+    id: AtomicU32,
+    values: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
 }
 
 /// What a compressed value holds on to until its record is encoded: the dictionary it
@@ -259,6 +346,8 @@ pub struct Zstd {
     born: u64,
     /// the compression level (a dictionary is prepared for it)
     level: i32,
+    /// the writers' frames with the current dictionary
+    watch: Watch,
 }
 
 impl Zstd {
@@ -278,6 +367,7 @@ impl Zstd {
             cctxs: Mutex::new(Vec::new()),
             dec: RwLock::new(HashMap::new()),
             born: crate::sys::fork::generation(),
+            watch: Watch::default(),
         };
         // Every dictionary there is loaded now, not when a frame first names it: a
         // compaction of the writer may remove one that no record names any more while a
@@ -305,9 +395,12 @@ impl Zstd {
             training: None,
             failed: None,
             retired: Vec::new(),
+            baseline: None,
+            drift_retrains: (0, 0),
         };
         if let Some((gen, id, d)) = found {
             if let Some(cd) = CDict::try_create(&d, z.level) {
+                z.watch.id.store(id, Ordering::Relaxed);
                 enc.dict = Some((id, Arc::new(cd)));
                 enc.gen = gen;
                 enc.samples = None;
@@ -355,8 +448,32 @@ impl Zstd {
         self.compress_pinned(value).map(|(f, _)| f)
     }
 
+    /// A value compaction copies, as a zstd frame (or None, as [`Zstd::compress`]): not
+    /// a writer's — neither sampled for training nor counted in the drift watch (old
+    /// values rewritten against a dictionary retrained for newer ones would look like
+    /// drift).
+    pub fn compress_copy(&self, value: &[u8]) -> Option<Vec<u8>> {
+        self.enc.as_ref()?;
+        if value.len() < COMPRESS_MIN {
+            return None;
+        }
+        let dict = self.current();
+        self.encode(value, dict.as_ref().map(|d| &d.1))
+            .and_then(|(f, _)| f)
+    }
+
     /// [`Zstd::compress`], with the dictionary the frame was compressed with: to hold
     /// until the record is encoded (see [`Pin`]).
+    ///
+    /// A writer's value: sampled while there is no dictionary yet (the first 1,000 train
+    /// one), and, once there is, counted in the *drift watch* — its frame's size
+    /// against its own, whether or not the frame is kept. Each window of
+    /// [`DRIFT_WINDOW`] values is compared with the first window the dictionary had
+    /// (or the last one that set off a retraining); one whose frames come out
+    /// [`DRIFT`] larger starts a retraining on the values written next, in the
+    /// background, kept only when it pays as much as compaction's does — so a store
+    /// whose writes change kind gets a dictionary for them without waiting for a
+    /// compaction of every segment.
     pub fn compress_pinned(&self, value: &[u8]) -> Option<(Vec<u8>, Option<Pin>)> {
         let enc = self.enc.as_ref()?;
         if value.len() < COMPRESS_MIN {
@@ -365,21 +482,76 @@ impl Zstd {
         let dict = {
             let mut e = enc.lock().expect("zstd encoder");
             self.take_trained(&mut e);
+            self.judge_window(&mut e);
             self.sample(&mut e, value);
-            e.dict.as_ref().map(|d| d.1.clone())
+            e.dict.clone()
         };
-        // (the compression itself outside the encoder's lock, on a context of the pool:
-        // writer threads compress side by side, with as many contexts as ever did at once)
+        let (out, size) = self.encode(value, dict.as_ref().map(|d| &d.1))?;
+        if let Some((id, _)) = dict {
+            let w = &self.watch;
+            if w.id.load(Ordering::Relaxed) == id {
+                w.bytes_in.fetch_add(value.len() as u64, Ordering::Relaxed);
+                w.bytes_out.fetch_add(size as u64, Ordering::Relaxed);
+                w.values.fetch_add(1, Ordering::Release);
+            }
+        }
+        out.map(|f| (f, dict.map(|d| d.1)))
+    }
+
+    /// The dictionary in use (and its id), if any.
+    fn current(&self) -> Option<(u32, Pin)> {
+        let enc = self.enc.as_ref()?;
+        let mut e = enc.lock().expect("zstd encoder");
+        self.take_trained(&mut e);
+        e.dict.clone()
+    }
+
+    /// `value` compressed (with `dict`, or at the level without one), on a context of
+    /// the pool, outside the encoder's lock: writer threads compress side by side, with
+    /// as many contexts as ever did at once. The frame (None when it would not save an
+    /// eighth of the value) and its size either way; None when zstd failed.
+    fn encode(&self, value: &[u8], dict: Option<&Pin>) -> Option<(Option<Vec<u8>>, usize)> {
         let pooled = self.cctxs.lock().expect("zstd contexts").pop();
         let mut cctx = pooled.unwrap_or_else(CCtx::create);
         let mut out = Vec::with_capacity(zstd_safe::compress_bound(value.len()));
-        let done = match &dict {
+        let done = match dict {
             Some(cd) => cctx.compress_using_cdict(&mut out, value, cd),
             None => cctx.compress(&mut out, value, self.level),
         };
         self.cctxs.lock().expect("zstd contexts").push(cctx);
         done.ok()?;
-        (out.len() <= value.len() - value.len() / 8).then_some((out, dict))
+        let n = out.len();
+        Some(((n <= value.len() - value.len() / 8).then_some(out), n))
+    }
+
+    /// The drift watch (see [`Zstd::compress_pinned`]): once a window of writers'
+    /// values is counted, compare it with the baseline and start sampling for a
+    /// retraining when it drifted.
+    fn judge_window(&self, e: &mut Encoder) {
+        let w = &self.watch;
+        if w.values.load(Ordering::Acquire) < DRIFT_WINDOW {
+            return;
+        }
+        let n = w.values.swap(0, Ordering::AcqRel);
+        let bytes_in = w.bytes_in.swap(0, Ordering::Relaxed);
+        let bytes_out = w.bytes_out.swap(0, Ordering::Relaxed);
+        if n == 0 || bytes_in == 0 || e.dict.is_none() {
+            return;
+        }
+        let ratio = bytes_out as f64 / bytes_in as f64;
+        match e.baseline {
+            None => e.baseline = Some(ratio),
+            Some(b) if ratio > b * (1.0 + DRIFT) => {
+                if e.samples.is_none() && e.training.is_none() {
+                    // held to this window from now on, whatever the retraining gives:
+                    // values that no dictionary does better with are not retrained for
+                    // again until they drift further
+                    e.baseline = Some(ratio);
+                    e.samples = Some((Vec::new(), Vec::new()));
+                }
+            }
+            Some(_) => {}
+        }
     }
 
     /// Which of the dictionaries `ids` no value may still be compressed with: neither
@@ -402,6 +574,8 @@ impl Zstd {
             .collect()
     }
 
+    /// Sample a writer's value, while sampling: for the first dictionary (1,000 values
+    /// or 1 MiB), or for a retraining (twice that: half to train on, half held out).
     fn sample(&self, e: &mut Encoder, value: &[u8]) {
         let Some((data, sizes)) = &mut e.samples else {
             return;
@@ -409,17 +583,35 @@ impl Zstd {
         let n = value.len().min(SAMPLE_MAX);
         data.extend_from_slice(&value[..n]);
         sizes.push(n);
-        if sizes.len() < TRAIN_VALUES && data.len() < TRAIN_BYTES {
+        let want = if e.dict.is_some() { 2 } else { 1 };
+        if sizes.len() < want * TRAIN_VALUES && data.len() < want * TRAIN_BYTES {
             return;
         }
         let (data, sizes) = e.samples.take().expect("sampling");
         let dir = self.dir.clone();
-        let spawned = std::thread::Builder::new()
-            .name("uringkit-dict".into())
-            .spawn(move || train(&dir, &data, &sizes));
+        let spawned = match e.dict.clone() {
+            None => std::thread::Builder::new()
+                .name("uringkit-dict".into())
+                .spawn(move || Trained::First(train(&dir, &data, &sizes))),
+            Some((_, cur)) => {
+                let (gen, level) = (e.gen + 1, self.level);
+                std::thread::Builder::new()
+                    .name("uringkit-dict".into())
+                    .spawn(move || {
+                        let values = split(&data, &sizes);
+                        Trained::Next(
+                            better(&cur, &values, level)
+                                .and_then(|(d, _, _)| store(&dir, &d, gen).ok().map(|_| (d, gen))),
+                        )
+                    })
+            }
+        };
         match spawned {
             Ok(h) => e.training = Some(h),
-            Err(err) => e.failed = Some(format!("starting the training thread: {err}")),
+            Err(err) if e.dict.is_none() => {
+                e.failed = Some(format!("starting the training thread: {err}"))
+            }
+            Err(_) => {} // (a retraining is an optimisation: the next drift tries again)
         }
     }
 
@@ -429,8 +621,19 @@ impl Zstd {
             return;
         }
         let done = e.training.take().expect("training").join();
-        let done = done.unwrap_or_else(|_| Err("the training thread panicked".into()));
-        self.install(e, done);
+        match done {
+            Ok(Trained::First(r)) => self.install(e, r),
+            Err(_) if e.dict.is_none() => {
+                self.install(e, Err("the training thread panicked".into()))
+            }
+            Ok(Trained::Next(Some((d, gen)))) => {
+                e.drift_retrains.0 += 1;
+                if self.adopt(e, &d, gen) {
+                    e.drift_retrains.1 += 1;
+                }
+            }
+            Ok(Trained::Next(None)) | Err(_) => e.drift_retrains.0 += 1,
+        }
     }
 
     fn install(&self, e: &mut Encoder, trained: Result<Vec<u8>, String>) {
@@ -441,25 +644,44 @@ impl Zstd {
                 return;
             }
         };
-        match (
-            zstd_safe::get_dict_id_from_dict(&d),
-            CDict::try_create(&d, self.level),
-        ) {
-            (Some(id), Some(cd)) => {
-                let l = Loaded::new(&d, 0);
-                self.dec.write().expect("dicts").insert(id.get(), l);
-                e.dict = Some((id.get(), Arc::new(cd)));
-            }
-            _ => e.failed = Some("zstd refused the trained dictionary".into()),
+        if !self.adopt(e, &d, 0) {
+            e.failed = Some("zstd refused the trained dictionary".into());
         }
     }
 
-    /// Whether this codec compresses and still wants samples to train its dictionary
-    /// on (none trained, none in training, no failure).
+    /// Compress with `d` (generation `gen`, already in the directory) from now on; the
+    /// dictionary it replaces is retired (see [`Pin`]). False: zstd refused it.
+    fn adopt(&self, e: &mut Encoder, d: &[u8], gen: u64) -> bool {
+        let (Some(id), Some(cd)) = (
+            zstd_safe::get_dict_id_from_dict(d),
+            CDict::try_create(d, self.level),
+        ) else {
+            return false;
+        };
+        let id = id.get();
+        self.dec
+            .write()
+            .expect("dicts")
+            .insert(id, Loaded::new(d, gen));
+        if let Some((old, cd)) = e.dict.replace((id, Arc::new(cd))) {
+            e.retired.push((old, Arc::downgrade(&cd)));
+        }
+        e.gen = e.gen.max(gen);
+        // a new window for the new dictionary, measured from its first values
+        e.baseline = None;
+        self.watch.id.store(id, Ordering::Relaxed);
+        self.watch.values.store(0, Ordering::Relaxed);
+        self.watch.bytes_in.store(0, Ordering::Relaxed);
+        self.watch.bytes_out.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether this codec compresses and still wants samples to train its first
+    /// dictionary on (none trained, none in training, no failure).
     pub fn wants_samples(&self) -> bool {
         self.enc.as_ref().is_some_and(|enc| {
             let e = enc.lock().expect("zstd encoder");
-            e.samples.is_some() && e.training.is_none()
+            e.dict.is_none() && e.samples.is_some() && e.training.is_none()
         })
     }
 
@@ -474,7 +696,12 @@ impl Zstd {
         };
         let (mut data, mut sizes) = {
             let mut e = enc.lock().expect("zstd encoder");
-            match e.samples.take() {
+            let first = if e.dict.is_none() {
+                e.samples.take()
+            } else {
+                None
+            };
+            match first {
                 Some(s) => s,
                 None => {
                     drop(e);
@@ -511,57 +738,22 @@ impl Zstd {
     /// compaction output; a store whose values drift away from what its dictionary was
     /// trained on gets one for what it holds now. Returns (current size, retrained size)
     /// of the held-out values when it was worth it, None otherwise (no dictionary yet,
-    /// too few values, no gain, or training failed: nothing changes).
+    /// too few values, no gain, or training failed: nothing changes). A retraining the
+    /// writers started is waited for first (its dictionary is then the current one).
     pub fn retrain(&self, values: &[Vec<u8>]) -> Option<(usize, usize)> {
         let enc = self.enc.as_ref()?;
+        self.settle();
         let (cur, gen) = {
             let e = enc.lock().expect("zstd encoder");
             (e.dict.as_ref()?.1.clone(), e.gen)
         };
-        let values: Vec<&[u8]> = values
-            .iter()
-            .filter(|v| v.len() >= COMPRESS_MIN)
-            .map(|v| &v[..v.len().min(SAMPLE_MAX)])
-            .collect();
-        if values.len() < TRAIN_VALUES / 4 {
-            return None;
-        }
-        let (train_on, held): (Vec<_>, Vec<_>) =
-            values.iter().enumerate().partition(|(i, _)| i % 2 == 0);
-        let sizes: Vec<usize> = train_on.iter().map(|(_, v)| v.len()).collect();
-        let data: Vec<u8> = train_on
-            .iter()
-            .flat_map(|(_, v)| v.iter().copied())
-            .collect();
-        let new = zstd::dict::from_continuous(&data, &sizes, DICT_SIZE).ok()?;
-        let cand = CDict::try_create(&new, self.level)?;
-        let mut cctx = CCtx::create();
-        let mut out = Vec::new();
-        let mut size = |cd: &CDict| -> Option<usize> {
-            let mut n = 0;
-            for (_, v) in &held {
-                out.clear();
-                out.reserve(zstd_safe::compress_bound(v.len()));
-                n += cctx.compress_using_cdict(&mut out, v, cd).ok()?;
-            }
-            Some(n)
-        };
-        let (before, after) = (size(&cur)?, size(&cand)?);
-        if after as f64 > before as f64 * (1.0 - RETRAIN_GAIN) {
-            return None;
-        }
+        let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let (new, before, after) = better(&cur, &values, self.level)?;
         // written before any value can be compressed with it
-        let id = store(&self.dir, &new, gen + 1).ok()?;
-        let l = Loaded::new(&new, gen + 1);
-        self.dec.write().expect("dicts").insert(id, l);
-        let mut e = enc.lock().expect("zstd encoder");
-        if let Some((old, cd)) = e.dict.replace((id, Arc::new(cand))) {
-            e.retired.push((old, Arc::downgrade(&cd)));
-        }
-        e.gen = gen + 1;
-        Some((before, after))
+        store(&self.dir, &new, gen + 1).ok()?;
+        self.adopt(&mut enc.lock().expect("zstd encoder"), &new, gen + 1)
+            .then_some((before, after))
     }
-
     /// Wait for a dictionary being trained and start using it (compaction, tests). The
     /// encoder is not held while waiting: writers go on compressing meanwhile.
     pub fn settle(&self) {
@@ -600,6 +792,16 @@ impl Zstd {
             None => self.newest_loaded().0,
             Some(enc) => enc.lock().expect("zstd encoder").gen,
         }
+    }
+
+    /// Retrainings the writers' drift watch started in this open (see
+    /// [`Zstd::compress_pinned`]), and of those, the dictionaries kept.
+    pub fn drift_retrains(&self) -> (u64, u64) {
+        self.enc.as_ref().map_or((0, 0), |enc| {
+            let mut e = enc.lock().expect("zstd encoder");
+            self.take_trained(&mut e);
+            e.drift_retrains
+        })
     }
 
     /// (generation, id) of the newest dictionary loaded ((0, 0): none).
@@ -864,6 +1066,103 @@ mod tests {
         fs::write(&path, &bad).unwrap();
         assert!(load(d.path(), second).unwrap_err().contains("checksum"));
         assert_eq!(Zstd::new(d.path(), Some(LEVEL)).status().0, first);
+    }
+
+    /// A trained codec: gen 0 on `doc`s.
+    fn trained_on_docs(dir: &Path) -> Zstd {
+        let z = Zstd::new(dir, Some(LEVEL));
+        let docs: Vec<Vec<u8>> = (0..TRAIN_VALUES).map(doc).collect();
+        z.train_now(docs.iter().map(|v| &v[..]));
+        assert!(z.status().0 > 0 && z.generation() == 0);
+        z
+    }
+
+    #[test]
+    fn writers_retrain_when_their_values_drift() {
+        let d = tempfile::tempdir().unwrap();
+        let z = trained_on_docs(d.path());
+        let (first, _) = z.status();
+        // values like the dictionary's, windows and windows of them: nothing happens
+        let docs: Vec<Vec<u8>> = (0..4 * DRIFT_WINDOW as usize)
+            .map(|i| z.compress(&doc(10_000 + i)).unwrap())
+            .collect();
+        z.settle();
+        assert_eq!((z.drift_retrains(), z.generation()), ((0, 0), 0));
+        // log lines: the next window is judged drifted, the 2,000 lines after it
+        // retrain in the background, and the new dictionary is kept
+        let mut frames = Vec::new();
+        for i in 0..DRIFT_WINDOW as usize + 2 * TRAIN_VALUES + 1 {
+            frames.push((z.compress_pinned(&line(i)).map(|f| f.0), line(i)));
+        }
+        z.settle();
+        assert_eq!((z.drift_retrains(), z.generation()), ((1, 1), 1));
+        let (second, _) = z.status();
+        assert!(second != first);
+        assert_eq!(load_gen(d.path(), second).unwrap().1, 1);
+        let with_first: usize = frames[..200]
+            .iter()
+            .map(|f| f.0.as_ref().map_or(f.1.len(), Vec::len))
+            .sum();
+        // (a window of them: what the new dictionary is held to)
+        let now: Vec<Vec<u8>> = (0..DRIFT_WINDOW as usize + 1)
+            .map(|i| z.compress(&line(i)).unwrap())
+            .collect();
+        assert!(now.iter().all(|f| z.frame_dict(f) == second));
+        let with_second: usize = now[..200].iter().map(Vec::len).sum();
+        assert!(
+            with_second * 10 < with_first * 9,
+            "{with_second} vs {with_first}"
+        );
+        // every frame decodes in a fresh reader, whichever dictionary it names
+        let r = Zstd::new(d.path(), None);
+        for f in docs.iter().chain(&now) {
+            r.decompress(f).unwrap();
+        }
+        for (f, v) in &frames {
+            if let Some(f) = f {
+                assert_eq!(&r.decompress(f).unwrap(), v);
+            }
+        }
+        // the replaced dictionary is free once no value pins it
+        assert_eq!(z.unpinned(&[first, second]), vec![first]);
+        // values no dictionary helps (random bytes): one retraining, nothing kept, and
+        // no retraining again while they stay that way
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let mut noise = || -> Vec<u8> {
+            (0..40)
+                .flat_map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x.to_le_bytes()
+                })
+                .collect()
+        };
+        for _ in 0..3 * (DRIFT_WINDOW as usize + 2 * TRAIN_VALUES) {
+            assert_eq!(z.compress(&noise()), None, "incompressible");
+        }
+        z.settle();
+        assert_eq!(
+            (z.drift_retrains(), z.generation(), z.status().0),
+            ((2, 1), 1, second)
+        );
+        // a writer reopened takes the retrained dictionary
+        assert_eq!(Zstd::new(d.path(), Some(LEVEL)).status().0, second);
+    }
+
+    #[test]
+    fn values_compaction_copies_are_not_watched_for_drift() {
+        let d = tempfile::tempdir().unwrap();
+        let z = trained_on_docs(d.path());
+        for i in 0..=DRIFT_WINDOW as usize {
+            z.compress(&doc(i)).unwrap(); // (the writers' window: what drift is against)
+        }
+        for i in 0..3 * (DRIFT_WINDOW as usize + 2 * TRAIN_VALUES) {
+            let _ = z.compress_copy(&line(i)); // (too little gain against the JSON one)
+        }
+        z.settle();
+        assert_eq!((z.drift_retrains(), z.generation()), ((0, 0), 0));
+        assert_eq!(list(d.path()).unwrap().len(), 1);
     }
 
     #[test]
