@@ -1144,6 +1144,36 @@ def test_a_cold_multi_get_warms_the_store(tmp_path: Path) -> None:
             assert db.multi_get(keys) == [k * 50 for k in keys]
 
 
+def test_a_cold_get_reads_its_page_not_the_read_ahead_window(tmp_path: Path) -> None:
+    """A get whose record is not in memory faults in that page (the segments' mappings
+    are read at random, MADV_RANDOM), not the device's read-ahead window around it
+    (128 KiB by default, 8 MiB on some disks: megabytes per cold get); a compaction,
+    which reads its segments from end to end, reads each of them once (at the disk's
+    sequential speed: measured by hand, docs/kv.md)."""
+    p = tmp_path / "db"
+    keys, total = _cold_store(p, n=16000)  # (~8 MB in 1 MiB segments)
+    with kv.open(p, durability="none", warm=False) as db:
+        _evict(p)
+        if db._s.all_cached(keys):
+            pytest.skip("this filesystem keeps the store cached (no eviction)")
+        rng = random.Random(9)
+        picked = rng.sample(keys, 40)
+        before = _storage_read_bytes()
+        for k in picked:
+            assert db.get(k) == k * 50
+        read = _storage_read_bytes() - before
+        if read == 0:
+            pytest.skip("/proc/self/io does not count this filesystem's reads")
+        # one page per get, and the index's pages (a record may straddle two pages)
+        assert read <= 40 * 3 * 4096, f"{read} bytes read for 40 cold gets"
+        _evict(p)
+        before = _storage_read_bytes()
+        db.compact()
+        read = _storage_read_bytes() - before
+        assert read < 1.5 * total, (read, total)
+        assert dict(db.items()) == {k: k * 50 for k in keys}
+
+
 def test_closing_while_warming_up(tmp_path: Path) -> None:
     """The warm-up thread holds the segments it reads; closing the store stops it at its
     next chunk and waits for it, and reopening works at once."""

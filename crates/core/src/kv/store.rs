@@ -284,6 +284,7 @@ impl Segment {
         let len = reserve.map(|r| size.max(r) as usize).unwrap_or(0);
         // a shared read-only mapping of the file
         let map = map_or_null(len, libc::PROT_READ, libc::MAP_SHARED, fd);
+        advise_random(map, len);
         Self::with_map(fd, size, dead, map, len, 0, Mapping::Read)
     }
 
@@ -294,6 +295,7 @@ impl Segment {
         let len = size.max(reserve) as usize;
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         let map = map_or_null(len, prot, libc::MAP_SHARED, fd);
+        advise_random(map, len);
         Self::with_map(fd, size, dead, map, len, 0, Mapping::Writable)
     }
 
@@ -547,6 +549,13 @@ impl Parked {
     }
 }
 
+/// A copy from a segment's mapping that took longer than this had to fault its page in
+/// from the disk: a copy from the page cache takes well under a microsecond (a few with
+/// a minor fault), a read of one page from a fast SSD 25 µs or more. (A stall of the
+/// machine taken for one costs little: a warm-up of pages mostly cached, or a batch
+/// that checks residency first.)
+const COLD_READ: Duration = Duration::from_micros(10);
+
 /// How long a relay-mode writer whose ticket is done waits to be released before it
 /// goes anyway (a bound for when no other writer comes to release it).
 const RELAY_PATIENCE: Duration = Duration::from_millis(2);
@@ -666,6 +675,7 @@ pub struct Store {
     warm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Segment bytes the warm-up thread has faulted in so far (stats).
     warmed: Arc<AtomicU64>,
+
     /// How many writers are parked or ready (relay mode), read without the lock by
     /// `relay_one`.
     waiting: AtomicUsize,
@@ -702,13 +712,63 @@ fn map_or_null(len: usize, prot: i32, flags: i32, fd: i32) -> *const u8 {
     }
 }
 
-/// Start reading `[off, off + len)` of `fd` into the page cache (`POSIX_FADV_WILLNEED`:
-/// the reads are queued, not waited for). Nothing to do for an empty range.
-fn will_need(fd: i32, off: usize, len: usize) {
-    if len > 0 {
-        // SAFETY: advice on an open fd; it only starts reads into the page cache.
-        unsafe { libc::posix_fadvise(fd, off as i64, len as i64, libc::POSIX_FADV_WILLNEED) };
+/// Say that a segment's file mapping (`map`, `len` bytes; null: none) is read at
+/// random (`MADV_RANDOM`): a get whose record is not in the page cache faults in that
+/// page, not the device's read-ahead window around it — 8 MiB on some disks (this
+/// machine's virtio disk), 128 KiB by default, megabytes read and cached per cold get,
+/// and on a store larger than memory, other data evicted for them (RocksDB opens its
+/// files with `POSIX_FADV_RANDOM` for the same reason). What reads a segment from end to
+/// end asks for its pages ahead itself: the warm-up and compaction (`will_need`), the
+/// replay at open (its own populated mapping).
+fn advise_random(map: *const u8, len: usize) {
+    if !map.is_null() {
+        // SAFETY: advice on exactly a mapping just made (map/len as mmap returned them);
+        // it changes read-ahead, never contents.
+        unsafe { libc::madvise(map as *mut libc::c_void, len, libc::MADV_RANDOM) };
     }
+}
+
+/// Start reading `[off, off + len)` of `fd` into the page cache (`POSIX_FADV_WILLNEED`:
+/// the reads are queued, not waited for). Nothing to do for an empty range. Asked for in
+/// 128 KiB pieces: the kernel reads no more per call than the device's read-ahead
+/// window or its largest request (`force_page_cache_ra`) — 128 KiB on many disks — and
+/// a segment's mapping, read at random (`advise_random`), would then fault the rest of
+/// the range in one page at a time.
+fn will_need(fd: i32, off: usize, len: usize) {
+    const PIECE: usize = 128 << 10;
+    for at in (off..off + len).step_by(PIECE) {
+        let n = PIECE.min(off + len - at);
+        // SAFETY: advice on an open fd; it only starts reads into the page cache.
+        unsafe { libc::posix_fadvise(fd, at as i64, n as i64, libc::POSIX_FADV_WILLNEED) };
+    }
+}
+
+/// Read `[0, end)` of the segment `s` (within its file mapping and its file) into the
+/// page cache and the mapping, 4 MiB at a time: the next chunk's reads are queued
+/// (`will_need`) while this one is mapped in (`MADV_POPULATE_READ`) — two chunks in
+/// flight, a steady stream for the disk, whatever its read-ahead window. `each` gets
+/// every chunk's length once it is in; false from it stops the reading (returned).
+fn read_in(s: &Segment, end: usize, mut each: impl FnMut(usize) -> bool) -> bool {
+    const CHUNK: usize = 4 << 20;
+    if s.map.is_null() || s.map_base != 0 {
+        return true;
+    }
+    let end = end.min(s.map_len);
+    will_need(s.fd, 0, CHUNK.min(end));
+    for off in (0..end).step_by(CHUNK) {
+        will_need(
+            s.fd,
+            off + CHUNK,
+            CHUNK.min(end.saturating_sub(off + CHUNK)),
+        );
+        // SAFETY: [0, end) lies within the segment's live file mapping (the caller holds
+        // the segment) and within its file.
+        unsafe { mapped::populate(s.map, end, off, CHUNK) };
+        if !each(CHUNK.min(end - off)) {
+            return false;
+        }
+    }
+    true
 }
 
 /// `lseek(fd, from, whence)` for SEEK_DATA/SEEK_HOLE: Ok(None) when there is no data
@@ -3650,9 +3710,11 @@ impl Store {
     /// they fit in a quarter of the memory available, so that caching them whole evicts
     /// nothing that matters. LMDB gets the same from the kernel's read-around on its
     /// mapped file (8 MiB per fault on this machine's disk); xkv's lookups read exact
-    /// records, so without this a cold store warms one 4 KiB page per miss. The thread
-    /// faults the segments' mappings in 4 MiB at a time (`MADV_POPULATE_READ`) at best-
-    /// effort I/O priority 7, oldest segment first, and stops when the store closes.
+    /// records (its maps are read at random: `advise_random`), so without this a cold
+    /// store warms one 4 KiB page per miss. The thread reads the segments in 4 MiB at
+    /// a time (`read_in`) at best-effort I/O priority 7, oldest segment first, and
+    /// stops when the store closes. (Gets do not start it: reading each get's page is
+    /// faster for them than waiting behind a warm-up's reads.)
     /// `Options::warm = false` turns the automatic start off; `warm_up` itself always
     /// tries. True when a warm-up runs or ran in this open; false when the segments do
     /// not fit the budget (or there is nothing to read).
@@ -3682,7 +3744,6 @@ impl Store {
                 // reads go first where the I/O scheduler honours priorities
                 // SAFETY: ioprio_set only changes this thread's I/O priority.
                 unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
-                const CHUNK: usize = 4 << 20;
                 for s in segs {
                     // (by value: a segment compaction retired meanwhile is released as soon
                     // as it has been read, not when the whole warm-up ends)
@@ -3698,25 +3759,12 @@ impl Store {
                     // is allocated up to 4 MiB past them)
                     let data = s.size.load(Ordering::Relaxed) as usize;
                     let end = s.map_len.min(st.st_size.max(0) as usize).min(data);
-                    for off in (0..end).step_by(CHUNK) {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        if off == 0 {
-                            will_need(s.fd, 0, CHUNK);
-                        }
-                        // The next chunk's reads go out (all at once, whatever the
-                        // device's read-ahead window) while this one is mapped in: two
-                        // chunks in flight, a steady stream for the disk.
-                        will_need(
-                            s.fd,
-                            off + CHUNK,
-                            CHUNK.min(end.saturating_sub(off + CHUNK)),
-                        );
-                        // SAFETY: [0, end) of the segment's live file mapping (the Arc
-                        // keeps it mapped), all within the file.
-                        unsafe { mapped::populate(s.map, end, off, CHUNK) };
-                        warmed.fetch_add(CHUNK.min(end - off) as u64, Ordering::Relaxed);
+                    let more = read_in(&s, end, |n| {
+                        warmed.fetch_add(n as u64, Ordering::Relaxed);
+                        !stop.load(Ordering::Relaxed)
+                    });
+                    if !more {
+                        return;
                     }
                 }
             });
@@ -3789,7 +3837,7 @@ impl Store {
                         // fault the data in from disk: check the remaining keys first.
                         let t = Instant::now();
                         out.push(Some(self.read_value(&s, l, k)?));
-                        cold_seen = t.elapsed() > Duration::from_micros(30);
+                        cold_seen = t.elapsed() > COLD_READ;
                         if cold_seen {
                             self.warm_up_auto();
                         }
@@ -4704,6 +4752,10 @@ impl Store {
     fn with_sealed_bytes<R>(seg: &Segment, f: impl FnOnce(&[u8]) -> R) -> io::Result<R> {
         let size = seg.size.load(Ordering::Acquire) as usize;
         if let Some(own) = seg.mapped(0, size) {
+            // (the mapping is read at random, advise_random: the whole segment is read
+            // in first instead, at the disk's sequential speed — ~0.1 s for 178 MB here,
+            // within a compaction's 2 s)
+            read_in(seg, size, |_| true);
             return Ok(f(own));
         }
         let map = ReadMap::new(seg.fd, size, 0, size)?;
