@@ -86,6 +86,12 @@ def test_missing_store_and_help(tmp_path: Path) -> None:
     assert out.returncode == 1 and "no such store" in out.stderr
     h = kv("--help")
     assert h.returncode == 0 and "examples:" in h.stdout
+    # every command's own --help: what each argument is, and an example of it
+    for cmd in ("put", "get", "delete", "scan", "compact", "check", "stats", "backup"):
+        h = kv(cmd, "--help")
+        assert h.returncode == 0, h.stderr
+        assert f"\n  uringkit kv {cmd} /data/store" in h.stdout, h.stdout
+        assert "the store's directory" in h.stdout
 
 
 def test_bench_quick_xkv_and_sqlite(tmp_path: Path) -> None:

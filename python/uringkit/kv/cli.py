@@ -12,9 +12,10 @@ from . import open as kv_open
 EXAMPLES = """examples:
   uringkit kv put /data/store user:1 '{"name": "ada"}'
   uringkit kv get /data/store user:1
+  uringkit kv delete /data/store user:1
   uringkit kv scan /data/store --prefix user: --limit 10
   uringkit kv compact /data/store
-  uringkit kv compact /data/store --compression zstd [--level 19]
+  uringkit kv compact /data/store --compression zstd --level 19
   uringkit kv check /data/store
   uringkit kv stats /data/store --json
   uringkit kv backup /data/store /backups/store-2026-12-02
@@ -68,24 +69,32 @@ def main(argv: list[str]) -> int:
         ("backup", "copy the store to a new directory (hard links where it can)"),
         ("bench", "xkv vs LMDB/LevelDB/RocksDB/sqlite (uringkit kv bench -h)"),
     ):
+        mine = [ln for ln in EXAMPLES.splitlines() if ln.startswith(f"  uringkit kv {name} ")]
         p = sub.add_parser(
-            name, help=hlp, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+            name,
+            help=hlp,
+            description=hlp[:1].upper() + hlp[1:] + ".",
+            epilog="\n".join(["examples:", *mine, "", EXAMPLES.split("\n\n", 1)[1]]),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         if name == "bench":
             continue
-        p.add_argument("path")
+        p.add_argument(
+            "path",
+            help="the store's directory" + (" (created if missing)" if name == "put" else ""),
+        )
         if name in ("put", "get", "delete"):
-            p.add_argument("key")
+            p.add_argument("key", help="UTF-8 text, or hex with --hex (before the command)")
         if name == "put":
-            p.add_argument("value")
+            p.add_argument("value", help="UTF-8 text, or hex with --hex")
         if name == "backup":
             p.add_argument("dest", help="a new directory (same filesystem: hard links)")
         if name == "scan":
-            p.add_argument("--prefix", default="")
-            p.add_argument("--limit", type=int, default=0)
-            p.add_argument("--keys-only", action="store_true")
+            p.add_argument("--prefix", default="", help="only keys that start with it")
+            p.add_argument("--limit", type=int, default=0, help="at most this many (0: all)")
+            p.add_argument("--keys-only", action="store_true", help="keys without values")
         if name == "stats":
-            p.add_argument("--json", action="store_true")
+            p.add_argument("--json", action="store_true", help="one JSON object (for machines)")
         if name == "compact":
             p.add_argument(
                 "--compression",
