@@ -118,6 +118,27 @@ fn key_arg<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     Ok(k)
 }
 
+/// The keys of a multi-key read, each checked as [`key_arg`] does. A single bytes (or
+/// str) object is refused by name: iterated, it would read as a list of ints.
+fn key_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    if keys.is_instance_of::<PyBytes>()
+        || keys.is_instance_of::<pyo3::types::PyByteArray>()
+        || keys.is_instance_of::<pyo3::types::PyString>()
+    {
+        return Err(PyTypeError::new_err(format!(
+            "keys must be a list of bytes keys, not one {} (for one key: [key])",
+            keys.get_type().name()?
+        )));
+    }
+    let mut held = Vec::new();
+    for k in keys.try_iter()? {
+        let k = k?;
+        key_arg(&k)?;
+        held.push(k.cast_into::<PyBytes>().map_err(PyErr::from)?);
+    }
+    Ok(held)
+}
+
 /// A write that may wait for a group commit, run with the GIL released — first
 /// handing the GIL now free to one writer whose commit is done ([`Store::relay_one`]:
 /// the one woken ahead of its turn, which takes it at once, while the next is woken):
@@ -324,12 +345,7 @@ impl KvStore {
     /// Whether every key's record is in memory (multi_get would not wait for the disk).
     fn all_cached(&self, keys: &Bound<'_, PyAny>) -> PyResult<bool> {
         let s = self.store()?;
-        let mut held = Vec::new();
-        for k in keys.try_iter()? {
-            let k = k?;
-            key_arg(&k)?;
-            held.push(k.cast_into::<PyBytes>().map_err(PyErr::from)?);
-        }
+        let held = key_list(keys)?;
         let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
         Ok(s.all_cached(&refs))
     }
@@ -348,12 +364,7 @@ impl KvStore {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let s = self.store()?;
-        let mut held: Vec<Bound<'py, PyBytes>> = Vec::new();
-        for k in keys.try_iter()? {
-            let k = k?;
-            key_arg(&k)?;
-            held.push(k.cast_into::<PyBytes>().map_err(PyErr::from)?);
-        }
+        let held = key_list(keys)?;
         let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
         let vals = py.detach(|| s.multi_get(&refs)).map_err(kv_err)?;
         let items: Vec<Option<Bound<'py, PyBytes>>> = vals

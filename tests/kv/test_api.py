@@ -162,6 +162,10 @@ def test_bad_input(tmp_path: Path) -> None:
             db.multi_get([b"a", "b"])  # type: ignore[list-item]
         with pytest.raises(ValueError, match="1 byte to 64 KiB"):
             db.multi_get([b"a", b""])
+        for one in (b"abc", "abc", bytearray(b"abc")):
+            # (iterated, one key would read as ints: named instead)
+            with pytest.raises(TypeError, match=r"a list of bytes keys, not one .*\[key\]"):
+                db.multi_get(one)  # type: ignore[arg-type]
         assert len(db) == 0  # nothing half-written by the failures
     with pytest.raises(ValueError, match="durability"):
         kv.open(tmp_path / "db2", durability="maybe")
