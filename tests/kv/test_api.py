@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import platform
 import random
 import subprocess
 import sys
@@ -1062,6 +1063,20 @@ def _threads_named(name: str) -> int:
     return n
 
 
+def _io_priorities(name: str) -> set[int]:
+    """ioprio_get of every thread of this process called `name`."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    sys_ioprio_get = {"x86_64": 252, "aarch64": 31}[platform.machine()]
+    got = set()
+    for t in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            if (t / "comm").read_text().strip() == name:
+                got.add(libc.syscall(sys_ioprio_get, 1, int(t.name)))
+    return got
+
+
 def test_index_verification_threads_are_reused(tmp_path: Path) -> None:
     """A large INDEX is verified on a background thread; one that finished waits for the
     next open's check instead of a thread being started per open (a thread start is a
@@ -1078,6 +1093,8 @@ def test_index_verification_threads_are_reused(tmp_path: Path) -> None:
             assert db.stats()["index_verified"] == 1
             db.put(b"another", b"x")  # (each open checks INDEX again all the same)
     assert 1 <= _threads_named("uringkit-index") <= max(before, 1)
+    # its I/O at the lowest best-effort priority: the store's own reads go first
+    assert _io_priorities("uringkit-index") == {(2 << 13) | 7}
     # opened and closed at once, again and again (a reopen loop, a command line tool's
     # get): each check is dropped before it starts reading, and the next one waits for
     # the thread the previous one had — no thread started per open

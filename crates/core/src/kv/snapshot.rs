@@ -335,13 +335,8 @@ mod verifier {
         std::thread::Builder::new()
             .name("uringkit-index".into())
             .spawn(move || {
-                // IOPRIO_WHO_PROCESS = 1 with tid 0 (this thread), best effort (2 << 13)
-                // at its lowest level 7: the store's own reads go first. (The idle class
-                // starved it behind a steady stream of cold reads, which then kept
-                // faulting single index pages for the whole run.) A hint: where the I/O
-                // scheduler ignores it, nothing changes.
-                // SAFETY: ioprio_set only changes this thread's I/O priority.
-                unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
+                // (the store's own reads go first; see background_io)
+                crate::sys::fileio::background_io();
                 match serves {
                     true => serve(mine),
                     false => {

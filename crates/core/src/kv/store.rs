@@ -3740,10 +3740,8 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name("uringkit-warm".into())
             .spawn(move || {
-                // best effort, lowest level (as the index verifier): the store's own
-                // reads go first where the I/O scheduler honours priorities
-                // SAFETY: ioprio_set only changes this thread's I/O priority.
-                unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
+                // (as the index check: the store's own reads go first, background_io)
+                crate::sys::fileio::background_io();
                 for s in segs {
                     // (by value: a segment compaction retired meanwhile is released as soon
                     // as it has been read, not when the whole warm-up ends)
@@ -4401,6 +4399,8 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name("xkv-compact".into())
             .spawn(move || {
+                // (as the index check and the warm-up: gets and multi_gets go first)
+                crate::sys::fileio::background_io();
                 // (a store closed meanwhile: nothing to do)
                 if let Some(s) = weak.upgrade() {
                     s.auto_compact();

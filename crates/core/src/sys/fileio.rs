@@ -154,3 +154,15 @@ pub fn write_synced(path: &std::path::Path, parts: &[(u64, &[u8])]) -> io::Resul
     }
     f.sync_data()
 }
+
+/// Give the calling thread's I/O the lowest best-effort priority (`ioprio_set`,
+/// IOPRIO_WHO_PROCESS with tid 0: this thread; class 2 level 7): what a store does in
+/// the background — the index check, the warm-up, compactions — then yields to its own
+/// reads where the I/O scheduler tells levels apart (BFQ; mq-deadline only tells
+/// classes apart). Not the idle class: a steady stream of foreground reads starved it
+/// (the index check then never finished, and lookups kept faulting single pages). A
+/// hint: where it is refused or ignored, nothing changes.
+pub fn background_io() {
+    // SAFETY: ioprio_set only changes this thread's I/O priority.
+    unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, (2 << 13) | 7) };
+}
