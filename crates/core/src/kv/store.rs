@@ -718,13 +718,20 @@ fn map_or_null(len: usize, prot: i32, flags: i32, fd: i32) -> *const u8 {
 /// machine's virtio disk), 128 KiB by default, megabytes read and cached per cold get,
 /// and on a store larger than memory, other data evicted for them (RocksDB opens its
 /// files with `POSIX_FADV_RANDOM` for the same reason). What reads a segment from end to
-/// end asks for its pages ahead itself: the warm-up and compaction (`will_need`), the
-/// replay at open (its own populated mapping).
+/// end asks for its pages ahead itself: the warm-up (`read_in`), compaction (sequential
+/// advice while it scans), the replay at open (its own populated mapping).
 fn advise_random(map: *const u8, len: usize) {
-    if !map.is_null() {
-        // SAFETY: advice on exactly a mapping just made (map/len as mmap returned them);
-        // it changes read-ahead, never contents.
-        unsafe { libc::madvise(map as *mut libc::c_void, len, libc::MADV_RANDOM) };
+    advise(map, len, libc::MADV_RANDOM);
+}
+
+/// `madvise(map, len, advice)` for read-ahead advice on (the start of) a segment's
+/// mapping; nothing for a null one.
+fn advise(map: *const u8, len: usize, advice: i32) {
+    if !map.is_null() && len > 0 {
+        // SAFETY: advice on the first `len` bytes of a live mapping (callers pass a
+        // length within it); read-ahead advice changes how pages are read, never
+        // their contents.
+        unsafe { libc::madvise(map as *mut libc::c_void, len, advice) };
     }
 }
 
@@ -4752,11 +4759,15 @@ impl Store {
     fn with_sealed_bytes<R>(seg: &Segment, f: impl FnOnce(&[u8]) -> R) -> io::Result<R> {
         let size = seg.size.load(Ordering::Acquire) as usize;
         if let Some(own) = seg.mapped(0, size) {
-            // (the mapping is read at random, advise_random: the whole segment is read
-            // in first instead, at the disk's sequential speed — ~0.1 s for 178 MB here,
-            // within a compaction's 2 s)
-            read_in(seg, size, |_| true);
-            return Ok(f(own));
+            // Read from end to end: the kernel's sequential read-ahead while `f` runs,
+            // streaming ahead of it (the mapping is read at random otherwise,
+            // advise_random; reading the whole segment in first would hold all of it in
+            // memory at once, and a segment evicted before the scan reached it was read
+            // again one page at a time).
+            advise(seg.map, size, libc::MADV_SEQUENTIAL);
+            let r = f(own);
+            advise(seg.map, size, libc::MADV_RANDOM);
+            return Ok(r);
         }
         let map = ReadMap::new(seg.fd, size, 0, size)?;
         Ok(f(map.bytes()))
