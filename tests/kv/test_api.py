@@ -1165,6 +1165,23 @@ def test_a_cold_multi_get_warms_the_store(tmp_path: Path) -> None:
             assert db.multi_get(keys) == [k * 50 for k in keys]
 
 
+def test_items_of_a_cold_store_warm_it(tmp_path: Path) -> None:
+    """items() reads every value: on a cold store it starts the warm-up (as a cold
+    multi_get does) rather than fault the values in one page at a time."""
+    p = tmp_path / "db"
+    keys, total = _cold_store(p)
+    for warm in (True, False):
+        with kv.open(p, durability="none", warm=warm) as db:
+            _evict(p)
+            if db._s.all_cached(keys):
+                pytest.skip("this filesystem keeps the store cached (no eviction)")
+            assert dict(db.items()) == {k: k * 50 for k in keys}
+            if warm:
+                assert _wait_warmed(db, total) == total
+            else:
+                assert db.stats()["warmed_bytes"] == 0
+
+
 def test_a_cold_get_reads_its_page_not_the_read_ahead_window(tmp_path: Path) -> None:
     """A get whose record is not in memory faults in that page (the segments' mappings
     are read at random, MADV_RANDOM), not the device's read-ahead window around it

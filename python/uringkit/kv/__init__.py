@@ -445,8 +445,8 @@ def open(  # noqa: A001
     segment; `compact()` raises its error) and shows `sealed_dead_bytes`, `tombstone_bytes`
     and `compacted_bytes`. `auto_compact=None`: only `compact()` compacts.
 
-    `warm=True` (the default): when a multi_get finds values that are not in the page
-    cache, the store's segments are read in by a background thread (once per open, 4 MiB
+    `warm=True` (the default): when a multi_get (or items()) finds values that are not in
+    the page cache, the store's segments are read in by a background thread (once per open, 4 MiB
     at a time, lowest best-effort I/O priority) — only if they fit in a quarter of the
     memory available, so caching the store whole evicts nothing that matters. A cold
     store then warms at the disk's sequential speed instead of one 4 KiB page per missed
