@@ -6,7 +6,7 @@
 //! across processes, so the whole index can be written out and read back (see
 //! [`Index::to_parts`]) instead of rebuilt key by key.
 
-use super::mapped::{Arr, Map};
+use super::mapped::{Arr, Grow, Map};
 use super::overlay::{self, Shared};
 use super::table::{Growth, Table};
 use foldhash::fast::FixedState;
@@ -132,7 +132,7 @@ pub struct Arena {
 /// The arena's growable part: on the heap, or a fixed-size region of the live overlay
 /// file ([`overlay`]) while the overlay lives there.
 enum Tail {
-    Heap(Vec<u8>),
+    Heap(Grow),
     Shared {
         _map: Arc<Map>,
         ptr: *mut u8,
@@ -151,7 +151,7 @@ unsafe impl Sync for Tail {}
 impl Tail {
     fn as_slice(&self) -> &[u8] {
         match self {
-            Tail::Heap(v) => v,
+            Tail::Heap(v) => v.as_slice(),
             // SAFETY: ptr..ptr+len lies in the mapping `_map` keeps alive (len <= cap).
             Tail::Shared { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
         }
@@ -190,14 +190,12 @@ impl Tail {
     }
 
     fn to_heap(&self) -> Tail {
-        let mut v = Vec::with_capacity(self.len().max(64));
-        v.extend_from_slice(self.as_slice());
-        Tail::Heap(v)
+        Tail::Heap(Grow::from_slice(self.as_slice()))
     }
 }
 
 impl Arena {
-    fn heap(tail: Vec<u8>) -> Arena {
+    fn heap(tail: Grow) -> Arena {
         Arena {
             base: Vec::new().into(),
             tail: Tail::Heap(tail),
@@ -244,14 +242,10 @@ impl Arena {
         at
     }
 
-    /// Room for `more` bytes. A growing arena moves (doubling): the copy it leaves
-    /// behind is handed back to the system once it is large.
+    /// Room for `more` bytes (a heap tail doubles its mapping when it must: see
+    /// [`Grow`] — no bytes are copied).
     fn reserve(&mut self, more: usize) {
-        let cap = self.tail.capacity();
         self.tail.reserve(more);
-        if self.tail.capacity() != cap && cap >= 1 << 20 {
-            super::table::release_free_memory();
-        }
     }
 
     /// Bytes the arena holds room for without growing.
@@ -307,7 +301,15 @@ pub struct Index {
     /// Dropped by [`Index::end_recovery`]: entries keep no sequence number (8 bytes a
     /// slot: 16 MB of a million keys' table).
     seqs: Option<Seqs>,
+    /// While the overlay merges into the table a few entries at a time (it reached
+    /// [`OVERLAY_MAX`] keys): the next overlay slot to move. Meanwhile puts go to the
+    /// table, taking the key's overlay entry along first; nothing new enters the overlay.
+    merging: Option<usize>,
 }
+
+/// Overlay slots moved into the table per put while it merges (half of them hold an
+/// entry, at most: ~8 keys a put, 8,192 puts for 65,536 keys).
+const MERGE_STEP: usize = 16;
 
 /// Sequence numbers kept aside during a recovery (see `Index::seqs`), by arena position.
 /// Where keys are short, in an array with a slot per 4-byte unit of the arena: new keys
@@ -368,7 +370,7 @@ impl Index {
             over: Table::new(),
             shadows: 0,
             // position 0 is never a key: keeps a zeroed entry from looking valid
-            arena: Arena::heap(vec![0; 4]),
+            arena: Arena::heap(Grow::from_slice(&[0; 4])),
             dead: 0,
             seed,
             hasher: FixedState::with_seed(seed),
@@ -377,6 +379,7 @@ impl Index {
             erased: None,
             shared: None,
             seqs: None,
+            merging: None,
         }
     }
 
@@ -405,11 +408,13 @@ impl Index {
     fn reserve_as(&mut self, growth: Growth, keys: usize, arena: usize) {
         self.shared_room(keys, arena, 0);
         let (hasher, ar) = (&self.hasher, &self.arena);
-        // (new keys go to the overlay while the table is the mapped snapshot)
-        let t = if self.table.is_mapped() {
-            &mut self.over
-        } else {
-            &mut self.table
+        // (new keys go to the overlay while the table is the mapped snapshot, unless the
+        // overlay is merging into it)
+        let (t, growth) = match self.table.is_mapped() && self.merging.is_none() {
+            true => (&mut self.over, growth),
+            // (the table grows in steps: no put waits for a rehash of all of it)
+            false if growth == Growth::Double => (&mut self.table, Growth::Steps),
+            false => (&mut self.table, growth),
         };
         t.reserve_as(
             growth,
@@ -537,6 +542,16 @@ impl Index {
 
     /// [`Index::put_with`] with the key's [`Index::hash`] computed by the caller.
     pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, seq: Option<u64>) -> Put {
+        if self.merging.is_some() {
+            self.merge_step(MERGE_STEP);
+            if self.merging.is_some() {
+                // the key's overlay entry (if any) goes to the table, then the put
+                if let Some(i) = self.over.find(h, eq_at(&self.arena, key)) {
+                    self.move_to_table(&[i]);
+                }
+                return self.put_in(false, key, h, loc, seq);
+            }
+        }
         if self.table.is_mapped() {
             if self.shared.is_some() {
                 self.shared_room(1, key.len(), 0);
@@ -544,11 +559,58 @@ impl Index {
             }
             let put = self.put_over(key, h, loc, seq);
             if self.over.len() >= OVERLAY_MAX {
-                self.merge_overlay();
+                // merged a few entries per put from now on: no put waits for all of
+                // them (~20-40 ms for 65,536 keys into a million-key table)
+                self.detach();
+                self.erased = None; // (the table's pages will differ from the snapshot's)
+                self.merging = Some(0);
             }
             return put;
         }
         self.put_in(false, key, h, loc, seq)
+    }
+
+    /// Move the entries of the next `n` overlay slots into the table (merging).
+    fn merge_step(&mut self, n: usize) {
+        let Some(from) = self.merging else { return };
+        let end = from.saturating_add(n).min(self.over.buckets());
+        let full: Vec<usize> = (from..end).filter(|&i| self.over.is_full(i)).collect();
+        self.move_to_table(&full);
+        self.merging = Some(end);
+        if end >= self.over.buckets() {
+            debug_assert!(
+                self.over.is_empty(),
+                "nothing enters the overlay while it merges"
+            );
+            self.over = Table::new();
+            self.shadows = 0;
+            self.merging = None;
+        }
+    }
+
+    /// Move the overlay entries in `slots` into the table: a shadowed table entry takes
+    /// the overlay's location (same key, same arena position), a new key is inserted.
+    fn move_to_table(&mut self, slots: &[usize]) {
+        let (hasher, arena) = (&self.hasher, &self.arena);
+        self.table.reserve_as(
+            Growth::Steps,
+            slots.len(),
+            |e| hasher.hash_one(arena.key(e.at())),
+            |e| super::table::prefetch(arena.ptr_at(e.at())),
+        );
+        for &i in slots {
+            let e = *self.over.get(i);
+            let key = arena.key(e.at());
+            let h = hasher.hash_one(key);
+            match self.table.find_or_free(h, eq_at(arena, key)) {
+                Err(slot) => self.table.insert_at(slot, h, e),
+                Ok(j) => {
+                    self.table.get_mut(j).set_loc(e.loc());
+                    self.shadows -= 1;
+                }
+            }
+            self.over.erase(i);
+        }
     }
 
     /// A put while the table is the mapped snapshot: into the overlay — updating the
@@ -593,7 +655,8 @@ impl Index {
             &mut self.table
         };
         // before probing: the free slot found below stays valid
-        t.reserve(
+        t.reserve_as(
+            if over { Growth::Double } else { Growth::Steps },
             1,
             |e| hasher.hash_one(arena.key(e.at())),
             |e| super::table::prefetch(arena.ptr_at(e.at())),
@@ -655,30 +718,33 @@ impl Index {
     /// Move the overlay's keys into the table (copying the mapped pages they land on, or
     /// growing the table onto the heap when it has no room left for them).
     pub fn merge_overlay(&mut self) {
-        self.merge_overlay_with(false);
+        self.merge_overlay_with(Growth::Double);
     }
 
     /// Merge the overlay and size the table for its keys (see [`Table::fit`]): for an
     /// index about to be written out. Returns whether the table was rehashed.
     pub fn merge_and_fit(&mut self) -> bool {
-        self.merge_overlay_with(true);
+        self.merge_overlay_with(Growth::Exact);
         self.fit_table()
     }
 
-    fn merge_overlay_with(&mut self, last: bool) {
+    /// Merge the whole overlay into the table at once, growing it as `growth` says if it
+    /// must; the table is whole afterwards (not growing in steps: its arrays can be
+    /// written out).
+    fn merge_overlay_with(&mut self, growth: Growth) {
+        self.merging = None; // (all of it now)
         self.detach();
+        let (hasher, arena) = (&self.hasher, &self.arena);
+        let rehash = |e: &Entry| hasher.hash_one(arena.key(e.at()));
+        let warm = |e: &Entry| super::table::prefetch(arena.ptr_at(e.at()));
+        self.table.finish_growing(rehash, warm);
         if self.over.is_empty() {
             return;
         }
         self.erased = None; // (the table's pages now differ from the snapshot's)
         let over = std::mem::take(&mut self.over);
-        let (hasher, arena) = (&self.hasher, &self.arena);
-        self.table.reserve_as(
-            if last { Growth::Exact } else { Growth::Double },
-            over.len() - self.shadows,
-            |e| hasher.hash_one(arena.key(e.at())),
-            |e| super::table::prefetch(arena.ptr_at(e.at())),
-        );
+        self.table
+            .reserve_as(growth, over.len() - self.shadows, rehash, warm);
         for e in over.iter() {
             let key = arena.key(e.at());
             let h = hasher.hash_one(key);
@@ -805,8 +871,10 @@ impl Index {
     }
 
     fn rebuild_arena(&mut self) {
-        let mut arena = Arena::heap(Vec::with_capacity(self.arena.len() - self.dead));
-        arena.tail.extend(&[0; 4]);
+        let mut tail = Grow::new();
+        tail.reserve(self.arena.len() - self.dead);
+        tail.extend_from_slice(&[0; 4]);
+        let mut arena = Arena::heap(tail);
         self.merge_overlay();
         self.erased = None;
         for e in self.table.iter_mut() {
@@ -1017,7 +1085,8 @@ impl Index {
         if !self.restorable(h) || c.tail.len() as u64 != h.at.tail_len {
             return false;
         }
-        self.restore_from(c.ctrl.into(), c.slots.into(), Tail::Heap(c.tail), h)
+        let tail = Tail::Heap(Grow::from_slice(&c.tail));
+        self.restore_from(c.ctrl.into(), c.slots.into(), tail, h)
     }
 
     /// Whether an overlay with header `h` fits this index: one fresh from its snapshot
@@ -1082,9 +1151,9 @@ impl Index {
     /// The sizes of [`Index::to_parts`]'s ctrl, slots and arena (both pieces), as of now.
     /// (A guess while an overlay is still to be merged: the table grows then.)
     pub fn part_sizes(&self) -> [usize; 3] {
-        let (ctrl, slots) = self.table.raw();
+        let (ctrl, slots) = self.table.raw_lens();
         let arena = self.arena.base.len() + self.arena.tail.as_slice().len();
-        [ctrl.len(), std::mem::size_of_val(slots), arena]
+        [ctrl, slots * std::mem::size_of::<Entry>(), arena]
     }
 
     /// The table's slots (every one, empty ones included), as [`Index::to_parts`] gives
@@ -1156,7 +1225,7 @@ impl Index {
             shadows: 0,
             arena: Arena {
                 base: arena,
-                tail: Tail::Heap(Vec::new()),
+                tail: Tail::Heap(Grow::new()),
             },
             dead: dead as usize,
             seed,
@@ -1166,6 +1235,7 @@ impl Index {
             erased: Some(Vec::new()),
             shared: None,
             seqs: None,
+            merging: None,
         })
     }
 }

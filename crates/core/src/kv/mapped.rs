@@ -112,6 +112,155 @@ impl Drop for Map {
     }
 }
 
+/// A growable byte buffer in an anonymous private mapping of its own: when it grows, the
+/// kernel moves its pages (`mremap`), never its bytes. A `Vec` that doubles copies
+/// everything it holds whenever glibc serves it from the heap — which it does for
+/// anything under its mmap threshold, raised up to 32 MiB as large blocks are freed — so
+/// the index's key arena made the put that grew it wait 14 ms at a million 16-byte keys
+/// (20 MB copied), twice that at two. Pages past the length are never touched until
+/// written.
+pub struct Grow {
+    ptr: *mut u8,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone and accessed through &self/&mut self,
+// like a Vec's buffer.
+unsafe impl Send for Grow {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for Grow {}
+
+/// A [`Grow`] starts at this many bytes of address space (nothing is touched until
+/// written).
+const GROW_MIN: usize = 64 << 10;
+
+impl Grow {
+    pub fn new() -> Grow {
+        Grow {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+            cap: 0,
+        }
+    }
+
+    pub fn from_slice(b: &[u8]) -> Grow {
+        let mut g = Grow::new();
+        g.extend_from_slice(b);
+        g
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr..ptr+len lies in the mapping (len <= cap), or len is 0 and ptr is
+        // a dangling, well-aligned pointer.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Room for `more` bytes past the length: the mapping at least doubles when it must
+    /// grow. Out of memory or address space is fatal, as for a `Vec`.
+    #[inline]
+    pub fn reserve(&mut self, more: usize) {
+        let need = self.len.checked_add(more).expect("buffer size overflow");
+        if need > self.cap {
+            self.grow(need);
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self, need: usize) {
+        let page = page_size();
+        let cap = need
+            .max(self.cap.saturating_mul(2))
+            .max(GROW_MIN)
+            .next_multiple_of(page);
+        let ptr = if self.cap == 0 {
+            // SAFETY: a fresh anonymous mapping; the kernel picks the address.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    cap,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            }
+        } else {
+            // SAFETY: ptr/cap is this value's own mapping; MAYMOVE may give it another
+            // address (nothing points into it across a call that takes &mut self).
+            unsafe { libc::mremap(self.ptr.cast(), self.cap, cap, libc::MREMAP_MAYMOVE) }
+        };
+        if ptr == libc::MAP_FAILED {
+            let layout = std::alloc::Layout::from_size_align(cap, page).expect("layout");
+            std::alloc::handle_alloc_error(layout);
+        }
+        self.ptr = ptr.cast();
+        self.cap = cap;
+    }
+
+    #[inline]
+    pub fn extend_from_slice(&mut self, b: &[u8]) {
+        self.reserve(b.len());
+        // SAFETY: reserve made len + b.len() <= cap bytes of the mapping available; b
+        // cannot overlap it (no slice of it outlives a &mut borrow).
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.ptr.add(self.len), b.len()) };
+        self.len += b.len();
+    }
+
+    /// Give back the address space (and any pages) past the length, to the page.
+    pub fn shrink_to_fit(&mut self) {
+        let keep = self.len.next_multiple_of(page_size());
+        if self.cap == 0 || keep >= self.cap {
+            return;
+        }
+        if keep == 0 {
+            *self = Grow::new(); // (the old value's drop unmaps it)
+            return;
+        }
+        // SAFETY: the pages from `keep` to `cap` belong to this mapping and hold no bytes
+        // of the buffer (len <= keep).
+        unsafe { libc::munmap(self.ptr.add(keep).cast(), self.cap - keep) };
+        self.cap = keep;
+    }
+}
+
+impl Default for Grow {
+    fn default() -> Self {
+        Grow::new()
+    }
+}
+
+impl Drop for Grow {
+    fn drop(&mut self) {
+        if self.cap > 0 {
+            // SAFETY: this value's own mapping, no longer used.
+            unsafe { libc::munmap(self.ptr.cast(), self.cap) };
+        }
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
 /// A fixed-length array on the heap or inside a [`Map`].
 pub enum Arr<T> {
     Heap(Vec<T>),
@@ -247,5 +396,35 @@ mod tests {
         assert!(a.is_mapped() && b.bytes_used() == 4096);
         drop((a, b));
         assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 8192]);
+    }
+
+    #[test]
+    fn a_growing_buffer_keeps_its_bytes_and_gives_back_its_tail() {
+        let mut g = Grow::new();
+        assert!(g.is_empty() && g.capacity() == 0 && g.as_slice().is_empty());
+        g.shrink_to_fit(); // (nothing mapped yet)
+        let mut want = Vec::new();
+        let mut caps = std::collections::BTreeSet::new();
+        for i in 0..300_000u32 {
+            let piece = i.to_le_bytes();
+            g.extend_from_slice(&piece[..(i % 4 + 1) as usize]);
+            want.extend_from_slice(&piece[..(i % 4 + 1) as usize]);
+            caps.insert(g.capacity());
+        }
+        assert_eq!(g.as_slice(), &want[..]);
+        assert!(caps.len() >= 4, "grew {} times", caps.len());
+        assert!(caps.iter().all(|c| c % 4096 == 0 && *c >= GROW_MIN));
+        g.reserve(10 << 20);
+        assert!(g.capacity() >= want.len() + (10 << 20));
+        assert_eq!(g.as_slice(), &want[..]);
+        g.shrink_to_fit();
+        assert_eq!(g.capacity(), want.len().next_multiple_of(4096));
+        g.extend_from_slice(b"more");
+        assert_eq!(&g.as_slice()[want.len()..], b"more");
+        let copy = Grow::from_slice(g.as_slice());
+        assert_eq!(copy.as_slice(), g.as_slice());
+        let mut empty = Grow::from_slice(&[]);
+        empty.shrink_to_fit();
+        assert!(empty.is_empty());
     }
 }

@@ -48,7 +48,37 @@ pub enum Growth {
     /// For the values asked for and no more (80 % full): the last values a table takes
     /// before it is written out, which doubling first would have `fit` rehash again.
     Exact,
+    /// As [`Growth::Double`], but a table of [`STEPS_MIN`] values or more grows in steps:
+    /// the larger table takes the new values at once and the old one's a few at a time,
+    /// [`STEP`] of its slots at each later reservation, instead of all of them in one
+    /// rehash — which stalled the put that set it off: at 1.8M keys 46 ms for the index
+    /// alone, 67–94 ms in a store. Lookups meanwhile probe both tables.
+    Steps,
 }
+
+/// Tables holding fewer values than this grow at once even with [`Growth::Steps`] (a
+/// rehash of 16K values takes ~1.5 ms).
+pub const STEPS_MIN: usize = 1 << 14;
+
+/// Slots of the old table moved per value reserved while a table grows in steps: the
+/// old table is empty after a 64th as many puts as it has slots, long before the new one
+/// (with room for as many values again as the old one held) fills. ~56 values moved per
+/// put, 1-2 µs, their cache misses overlapped (16 slots a put cost twice the CPU of a
+/// rehash in one go: too few misses in flight, and twice as many puts probing both
+/// tables).
+pub const STEP: usize = 64;
+
+/// Slots of the old table to move at a reservation of `additional` values while a table
+/// grows in steps: [`STEP`] per value for the few values of a put; for a large
+/// reservation (a batch) two per value beyond 256, so that it does not move most of the
+/// old table at once — a table that runs out of room before the old one is empty moves
+/// the rest then ([`Table::finish_growing`]).
+fn step_budget(additional: usize) -> usize {
+    STEP * additional.clamp(1, 256) + 2 * additional.saturating_sub(256)
+}
+
+/// Values moved per round of a rehash (see [`Table::rehash_into`]).
+const MOVE_CHUNK: usize = 4096;
 
 /// Whether a table may have `buckets` slots: a whole number of groups, at least one.
 pub fn valid_buckets(buckets: usize) -> bool {
@@ -277,6 +307,21 @@ pub struct Table<T: Copy> {
     buckets: usize,
     items: usize,
     growth_left: usize,
+    /// While the table grows in steps ([`Growth::Steps`]): the table before, whose
+    /// values move here a few at a time. A value is in exactly one of the two (new values
+    /// go here only after a probe of both found them absent); slot numbers from
+    /// `buckets` on are the old table's (`slot - buckets`).
+    old: Option<Box<Draining<T>>>,
+}
+
+/// The table a table growing in steps moves its values out of.
+struct Draining<T: Copy> {
+    table: Table<T>,
+    /// Slots below this have been moved (or were empty).
+    next: usize,
+    /// Scratch space of each step (kept: a step per put would allocate twice).
+    idx: Vec<usize>,
+    hashes: Vec<u64>,
 }
 
 impl<T: Slot> Table<T> {
@@ -292,6 +337,7 @@ impl<T: Slot> Table<T> {
             buckets,
             items: 0,
             growth_left: capacity(buckets),
+            old: None,
         }
     }
 
@@ -329,16 +375,32 @@ impl<T: Slot> Table<T> {
             buckets,
             items,
             growth_left: capacity(buckets) - used,
+            old: None,
         })
     }
 
-    /// The control bytes and the slots, for writing the table out.
+    /// The control bytes and the slots, for writing the table out. Not while it grows
+    /// in steps ([`Table::finish_growing`] first).
     pub fn raw(&self) -> (&[u8], &[T]) {
+        assert!(
+            self.old.is_none(),
+            "finish_growing() before the table's arrays are used"
+        );
         (&self.ctrl, &self.slots)
     }
 
+    /// The lengths [`Table::raw`]'s arrays have, or will have once the table has grown.
+    pub fn raw_lens(&self) -> (usize, usize) {
+        (self.ctrl.len(), self.slots.len())
+    }
+
+    /// Whether the table is growing in steps (an old table still holds values).
+    pub fn is_growing(&self) -> bool {
+        self.old.is_some()
+    }
+
     pub fn len(&self) -> usize {
-        self.items
+        self.items + self.old.as_ref().map_or(0, |d| d.table.items)
     }
 
     /// Slots holding a deleted marker (they count against the load until a rehash).
@@ -354,14 +416,20 @@ impl<T: Slot> Table<T> {
         self.buckets
     }
 
-    /// How many values fit before the table must grow.
+    /// How many values fit before the table must grow (while it grows in steps: once
+    /// the old table's values have moved in too).
     pub fn room(&self) -> usize {
-        self.growth_left
+        let pending = self.old.as_ref().map_or(0, |d| d.table.items);
+        self.growth_left.saturating_sub(pending)
     }
 
     /// Whether `slot` holds a value.
     pub fn is_full(&self, slot: usize) -> bool {
-        self.ctrl.get(slot).is_some_and(|&c| c < 0x80)
+        match (slot.checked_sub(self.buckets), &self.old) {
+            (Some(j), Some(d)) => d.table.is_full(j),
+            (Some(_), None) => false,
+            (None, _) => self.ctrl.get(slot).is_some_and(|&c| c < 0x80),
+        }
     }
 
     fn group(&self, pos: usize) -> u64 {
@@ -436,7 +504,21 @@ impl<T: Slot> Table<T> {
 
     /// `Ok(slot)` where `eq` holds, or `Err(slot)` where a new value for `hash` goes. The
     /// caller must have made room with [`Table::reserve`] before inserting there.
+    #[inline]
     pub fn find_or_free(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Result<usize, usize> {
+        let here = self.probe(hash, &mut eq);
+        match (here, &self.old) {
+            (Err(free), Some(d)) => match d.table.probe(hash, &mut eq) {
+                Ok(j) => Ok(self.buckets + j),
+                Err(_) => Err(free),
+            },
+            _ => here,
+        }
+    }
+
+    /// [`Table::find_or_free`] in this table's own arrays (not the old table's).
+    #[inline]
+    fn probe<F: FnMut(&T) -> bool>(&self, hash: u64, eq: &mut F) -> Result<usize, usize> {
         let tag = h2(hash);
         let mut pos = self.home(hash);
         let mut stride = 0;
@@ -465,7 +547,7 @@ impl<T: Slot> Table<T> {
                 // no empty slot met: the probe may have come back to groups it saw, so
                 // the whole table is looked at (a value put in after such a probe went
                 // where this finds it: the first free slot on the path, or the scan's)
-                return match self.scan(tag, eq) {
+                return match self.scan(tag, &mut *eq) {
                     Ok(i) => Ok(i),
                     Err(f) => match free.or(f) {
                         Some(f) => Err(f),
@@ -500,7 +582,7 @@ impl<T: Slot> Table<T> {
 
     /// Put `value` in a slot returned by [`Table::find_or_free`].
     pub fn insert_at(&mut self, slot: usize, hash: u64, value: T) {
-        debug_assert!(self.ctrl[slot] & 0x80 != 0);
+        debug_assert!(slot < self.buckets && self.ctrl[slot] & 0x80 != 0);
         if self.ctrl[slot] == EMPTY {
             assert!(self.growth_left > 0, "reserve before inserting");
             self.growth_left -= 1;
@@ -511,17 +593,41 @@ impl<T: Slot> Table<T> {
     }
 
     pub fn erase(&mut self, slot: usize) {
+        if let Some(j) = slot.checked_sub(self.buckets) {
+            let d = self.old.as_mut().expect("a slot of the old table");
+            return d.table.erase(j);
+        }
         debug_assert!(self.ctrl[slot] < 0x80);
         self.set_ctrl(slot, DELETED);
         self.items -= 1;
     }
 
     pub fn get(&self, slot: usize) -> &T {
-        &self.slots[slot]
+        match slot.checked_sub(self.buckets) {
+            Some(j) => {
+                &self
+                    .old
+                    .as_ref()
+                    .expect("a slot of the old table")
+                    .table
+                    .slots[j]
+            }
+            None => &self.slots[slot],
+        }
     }
 
     pub fn get_mut(&mut self, slot: usize) -> &mut T {
-        &mut self.slots[slot]
+        match slot.checked_sub(self.buckets) {
+            Some(j) => {
+                &mut self
+                    .old
+                    .as_mut()
+                    .expect("a slot of the old table")
+                    .table
+                    .slots[j]
+            }
+            None => &mut self.slots[slot],
+        }
     }
 
     /// Make room for `additional` more values; `rehash` recomputes a stored value's hash
@@ -539,78 +645,149 @@ impl<T: Slot> Table<T> {
         rehash: impl Fn(&T) -> u64,
         warm: impl Fn(&T),
     ) {
+        if self.old.is_some() {
+            if growth == Growth::Steps && additional <= self.room() {
+                self.move_old(step_budget(additional), &rehash, &warm);
+                return;
+            }
+            self.finish_growing(&rehash, &warm);
+        }
         if additional <= self.growth_left {
             return;
         }
         let want = buckets_for(self.items + additional);
         let buckets = match growth {
             // only deleted markers to clear: rehash in place size
-            Growth::Double if want <= self.buckets() => self.buckets(),
-            Growth::Double => want.max(self.buckets() * 2),
+            Growth::Double | Growth::Steps if want <= self.buckets() => self.buckets(),
+            Growth::Double | Growth::Steps => want.max(self.buckets() * 2),
             Growth::Sparse => (want / 5 * 8).next_multiple_of(GROUP).max(want),
             Growth::Exact => want,
         };
-        self.rehash_into(buckets, rehash, warm);
+        if growth == Growth::Steps && self.items >= STEPS_MIN && buckets > self.buckets() {
+            let new = Self::with_buckets(buckets);
+            let old = std::mem::replace(self, new);
+            self.old = Some(Box::new(Draining {
+                table: old,
+                next: 0,
+                idx: Vec::with_capacity(STEP * 2),
+                hashes: Vec::with_capacity(STEP * 2),
+            }));
+            self.move_old(step_budget(additional), &rehash, &warm);
+        } else {
+            self.rehash_into(buckets, rehash, warm);
+        }
+    }
+
+    /// Move what is left of the old table of a table growing in steps (nothing to do
+    /// otherwise): before its arrays are used whole ([`Table::raw`]).
+    pub fn finish_growing(&mut self, rehash: impl Fn(&T) -> u64, warm: impl Fn(&T)) {
+        self.move_old(usize::MAX, &rehash, &warm);
+    }
+
+    /// Move the values of the next `budget` slots of the old table into this one (a
+    /// table growing in steps); drop the old table once it is empty.
+    fn move_old(&mut self, budget: usize, rehash: &impl Fn(&T) -> u64, warm: &impl Fn(&T)) {
+        let Some(mut d) = self.old.take() else {
+            return;
+        };
+        let end = d.next.saturating_add(budget).min(d.table.buckets);
+        let (mut idx, mut hashes) = (std::mem::take(&mut d.idx), std::mem::take(&mut d.hashes));
+        while d.next < end {
+            let stop = end.min(d.next + MOVE_CHUNK);
+            idx.clear();
+            idx.extend((d.next..stop).filter(|&i| d.table.ctrl[i] < 0x80));
+            self.take_values(&d.table, &idx, &mut hashes, rehash, warm);
+            for &i in &idx {
+                d.table.erase(i);
+            }
+            d.next = stop;
+        }
+        (d.idx, d.hashes) = (idx, hashes);
+        if d.table.items > 0 {
+            self.old = Some(d);
+            return;
+        }
+        debug_assert!(d.next >= d.table.buckets || d.table.items == 0);
+        let freed = d.table.memory();
+        drop(d);
+        if freed >= 1 << 20 {
+            release_free_memory();
+        }
     }
 
     /// Rehash into a table sized for the values it holds ([`buckets_for`]: 80 % full)
     /// when it has over a quarter more slots than that — a table grown by doubling is
-    /// 44–88 % full — clearing deleted markers on the way. For a table about to be
-    /// written out (`INDEX`): a million keys in 1.25M slots instead of 2M, 21 MB of
-    /// table instead of 34. Returns whether it rehashed.
+    /// 44–88 % full — clearing deleted markers on the way (and ending a growth in steps).
+    /// For a table about to be written out (`INDEX`): a million keys in 1.25M slots
+    /// instead of 2M, 21 MB of table instead of 34. Returns whether it rehashed.
     pub fn fit(&mut self, rehash: impl Fn(&T) -> u64, warm: impl Fn(&T)) -> bool {
-        let want = buckets_for(self.items);
-        if self.buckets() <= want + want / 4 {
+        let want = buckets_for(self.len());
+        if self.old.is_none() && self.buckets() <= want + want / 4 {
             return false;
         }
         self.rehash_into(want, rehash, warm);
         true
     }
 
+    /// Put the values in `src`'s slots `idx` into this table, which has room for them
+    /// and holds none of them. The keys' hashes are computed a few values ahead of their
+    /// placement, with prefetches (`warm` for what `rehash` reads, then each home group):
+    /// a key store read at random costs a cache miss per value, overlapped this way.
+    fn take_values(
+        &mut self,
+        src: &Table<T>,
+        idx: &[usize],
+        hashes: &mut Vec<u64>,
+        rehash: &impl Fn(&T) -> u64,
+        warm: &impl Fn(&T),
+    ) {
+        const AHEAD: usize = 16;
+        hashes.clear();
+        for &i in idx.iter().take(AHEAD) {
+            warm(&src.slots[i]);
+        }
+        for (j, &i) in idx.iter().enumerate() {
+            if let Some(&k) = idx.get(j + AHEAD) {
+                warm(&src.slots[k]);
+            }
+            hashes.push(rehash(&src.slots[i]));
+        }
+        for &h in hashes.iter().take(AHEAD) {
+            self.warm_own(h);
+        }
+        for (j, (&i, &h)) in idx.iter().zip(hashes.iter()).enumerate() {
+            if let Some(&ha) = hashes.get(j + AHEAD) {
+                self.warm_own(ha);
+            }
+            let s = self.free_slot(h);
+            self.insert_at(s, h, src.slots[i]);
+        }
+    }
+
     /// Move every value into a new table of `buckets` slots (room for all of them).
     fn rehash_into(&mut self, buckets: usize, rehash: impl Fn(&T) -> u64, warm: impl Fn(&T)) {
-        debug_assert!(self.items <= capacity(buckets));
-        const AHEAD: usize = 16;
+        debug_assert!(self.len() <= capacity(buckets));
         // In chunks, so that the temporaries stay small: whole-table index and hash
         // arrays (12 bytes per value) would be freed just after the new table was
         // allocated — megabytes the allocator keeps but nobody uses (resident memory
         // well beyond the index's own).
-        const CHUNK: usize = 4096;
         let mut new = Self::with_buckets(buckets);
-        let mut full = self.slots();
-        let mut idx: Vec<usize> = Vec::with_capacity(CHUNK);
-        let mut hashes: Vec<u64> = Vec::with_capacity(CHUNK);
-        loop {
-            idx.clear();
-            idx.extend(full.by_ref().take(CHUNK));
-            if idx.is_empty() {
-                break;
-            }
-            // 1. hashes, prefetching the keys AHEAD values early
-            hashes.clear();
-            for (j, &i) in idx.iter().enumerate() {
-                if let Some(&k) = idx.get(j + AHEAD) {
-                    warm(&self.slots[k]);
+        let mut idx: Vec<usize> = Vec::with_capacity(MOVE_CHUNK);
+        let mut hashes: Vec<u64> = Vec::with_capacity(MOVE_CHUNK);
+        let old = self.old.take();
+        for part in std::iter::once(&*self).chain(old.as_ref().map(|d| &d.table)) {
+            let mut full = part.own_slots();
+            loop {
+                idx.clear();
+                idx.extend(full.by_ref().take(MOVE_CHUNK));
+                if idx.is_empty() {
+                    break;
                 }
-                hashes.push(rehash(&self.slots[i]));
-            }
-            // 2. placement, prefetching each home group AHEAD values early
-            for (j, (&i, &h)) in idx.iter().zip(&hashes).enumerate() {
-                if let Some(&ha) = hashes.get(j + AHEAD) {
-                    let home = new.home(ha);
-                    prefetch(new.ctrl.as_ptr().wrapping_add(home));
-                    prefetch(new.slots.as_ptr().wrapping_add(home));
-                }
-                let s = new.free_slot(h);
-                new.set_ctrl(s, h2(h));
-                new.slots[s] = self.slots[i];
+                new.take_values(part, &idx, &mut hashes, &rehash, &warm);
             }
         }
-        drop(full);
-        new.items = self.items;
-        new.growth_left = capacity(buckets) - self.items;
         let old = std::mem::replace(self, new);
-        let freed = old.memory();
+        let freed = old.memory() + old.old.as_ref().map_or(0, |d| d.table.memory());
         drop(old);
         if freed >= 1 << 20 {
             release_free_memory();
@@ -619,31 +796,61 @@ impl<T: Slot> Table<T> {
 
     /// Prefetch the group and slot where a value hashed to `hash` would be found.
     pub fn warm(&self, hash: u64) {
+        self.warm_own(hash);
+        if let Some(d) = &self.old {
+            d.table.warm_own(hash);
+        }
+    }
+
+    fn warm_own(&self, hash: u64) {
         let home = self.home(hash);
         prefetch(self.ctrl.as_ptr().wrapping_add(home));
         prefetch(self.slots.as_ptr().wrapping_add(home));
     }
 
-    /// Slots of every value.
+    /// Slots of every value (the old table's too, while the table grows in steps).
     pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        let old = self.old.as_ref().map(|d| &d.table);
+        let at = self.buckets;
+        self.own_slots().chain(
+            old.into_iter()
+                .flat_map(move |t| t.own_slots().map(move |j| at + j)),
+        )
+    }
+
+    /// Slots of this table's own arrays that hold a value.
+    fn own_slots(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.buckets()).filter(|&i| self.ctrl[i] < 0x80)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
-        self.slots().map(|i| &self.slots[i])
+        self.slots().map(|i| self.get(i))
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
-        let ctrl = &self.ctrl;
-        self.slots
-            .iter_mut()
-            .enumerate()
-            .filter(|(i, _)| ctrl[*i] < 0x80)
-            .map(|(_, v)| v)
+        fn own<'a, T>(ctrl: &'a [u8], slots: &'a mut [T]) -> impl Iterator<Item = &'a mut T> {
+            slots
+                .iter_mut()
+                .zip(ctrl.iter())
+                .filter(|(_, &c)| c < 0x80)
+                .map(|(v, _)| v)
+        }
+        let rest = self
+            .old
+            .as_mut()
+            .map(|d| own(&d.table.ctrl, &mut d.table.slots));
+        own(&self.ctrl, &mut self.slots).chain(rest.into_iter().flatten())
     }
 
     /// Keep only values for which `keep` is true.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        self.retain_own(&mut keep);
+        if let Some(d) = &mut self.old {
+            d.table.retain_own(&mut keep);
+        }
+    }
+
+    fn retain_own(&mut self, keep: &mut dyn FnMut(&T) -> bool) {
         for i in 0..self.buckets() {
             if self.ctrl[i] < 0x80 && !keep(&self.slots[i]) {
                 self.erase(i);
@@ -651,9 +858,10 @@ impl<T: Slot> Table<T> {
         }
     }
 
-    /// Bytes of memory the arrays use.
+    /// Bytes of memory the arrays use (the old table's too, while it grows in steps).
     pub fn memory(&self) -> usize {
-        self.ctrl.bytes_used() + self.slots.bytes_used()
+        let old = self.old.as_ref().map_or(0, |d| d.table.memory());
+        self.ctrl.bytes_used() + self.slots.bytes_used() + old
     }
 
     /// Whether the arrays are still those of a mapped snapshot.
@@ -808,6 +1016,94 @@ mod tests {
         seen.sort_unstable();
         want.sort_unstable();
         assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn growing_in_steps_matches_a_model() {
+        // a table of more than STEPS_MIN values grows in steps: puts, erases, updates of
+        // values still in the old table, listings and fits meanwhile, against a HashMap
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // values: key in the high 32 bits, a version in the low ones
+        let key = |v: u64| v >> 32;
+        let h = |v: &u64| hash(key(*v));
+        let mut t: Table<u64> = Table::new();
+        let mut model = std::collections::HashMap::new();
+        let (mut grew, mut updated_old, mut erased_old) = (0, 0, 0);
+        for step in 0..400_000u64 {
+            let r = next() % 100;
+            let k = next() % 150_000;
+            let was = t.is_growing();
+            if r < 70 {
+                t.reserve_as(Growth::Steps, 1, h, |_| ());
+                if !was && t.is_growing() {
+                    grew += 1;
+                    // the put that set the growth off moved only a few values
+                    assert!(t.old.as_ref().unwrap().table.items > STEPS_MIN / 2);
+                }
+                let v = k << 32 | (step & 0xFFFF_FFFF);
+                match t.find_or_free(hash(k), |e| key(*e) == k) {
+                    Ok(i) => {
+                        updated_old += usize::from(i >= t.buckets());
+                        *t.get_mut(i) = v;
+                    }
+                    Err(i) => t.insert_at(i, hash(k), v),
+                }
+                model.insert(k, v);
+            } else if r < 90 {
+                let s = t.find(hash(k), |e| key(*e) == k);
+                assert_eq!(s.map(|i| *t.get(i)), model.remove(&k), "step {step}");
+                if let Some(i) = s {
+                    erased_old += usize::from(i >= t.buckets());
+                    t.erase(i);
+                }
+            } else if r < 99 {
+                let s = t.find(hash(k), |e| key(*e) == k);
+                assert_eq!(s.map(|i| *t.get(i)), model.get(&k).copied(), "step {step}");
+            } else if step % 7_000 == 0 {
+                let mut seen: Vec<u64> = t.iter().copied().collect();
+                let mut want: Vec<u64> = model.values().copied().collect();
+                seen.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(seen, want, "step {step}");
+            }
+            assert_eq!(t.len(), model.len(), "step {step}");
+        }
+        assert!(grew >= 2, "grew in steps {grew} times");
+        assert!(
+            updated_old > 0 && erased_old > 0,
+            "{updated_old} {erased_old}"
+        );
+        // a table growing in steps is made whole before its arrays are used
+        while !t.is_growing() {
+            let k = 1_000_000 + next() % 1_000_000;
+            t.reserve_as(Growth::Steps, 1, h, |_| ());
+            if let Err(i) = t.find_or_free(hash(k), |e| key(*e) == k) {
+                t.insert_at(i, hash(k), k << 32);
+                model.insert(k, k << 32);
+            }
+        }
+        let mut retained = model.clone();
+        retained.retain(|k, _| k % 3 != 0);
+        t.retain(|v| key(*v) % 3 != 0);
+        assert_eq!(t.len(), retained.len());
+        for v in t.iter_mut() {
+            *v += 1;
+        }
+        assert!(t.fit(h, |_| ()), "fit ends the growth");
+        assert!(!t.is_growing());
+        let (c, s) = t.raw();
+        let back = Table::from_raw(c.to_vec().into(), s.to_vec().into()).expect("whole");
+        assert_eq!(back.len(), retained.len());
+        for (k, v) in retained {
+            let i = back.find(hash(k), |e| key(*e) == k).expect("present");
+            assert_eq!(*back.get(i), v + 1);
+        }
     }
 
     #[test]

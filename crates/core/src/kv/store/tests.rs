@@ -54,6 +54,95 @@ fn garbage_after_reads_data_regions_only() {
 }
 
 #[test]
+fn the_overlay_merges_and_the_table_grows_a_few_keys_per_put() {
+    // A store reopened over a mapped INDEX of 20,000 keys takes 3 × OVERLAY_MAX more at
+    // random (puts of new and old keys, deletes, gets), against a model: the overlay
+    // merges into the table a few entries per put (puts meanwhile go to the table), the
+    // mapped table grows onto the heap in steps — every answer, listing and count stays
+    // the model's, at every stage and after a close and reopen.
+    use super::super::index::OVERLAY_MAX;
+    use std::collections::HashMap;
+    let d = tempfile::tempdir().unwrap();
+    let o = || Options {
+        durability: Durability::None,
+        segment_size: 8 << 20,
+        ..opts()
+    };
+    let key = |i: u64| format!("key{i:07}").into_bytes();
+    let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    {
+        let s = Store::open(d.path(), o()).unwrap();
+        for i in 0..20_000u64 {
+            let v = format!("v{i}").into_bytes();
+            s.put(&key(i), &v).unwrap();
+            model.insert(key(i), v);
+        }
+    }
+    let check = |s: &Store, model: &HashMap<Vec<u8>, Vec<u8>>, what: &str| {
+        assert_eq!(s.len(), model.len(), "{what}: len");
+        let mut keys = s.keys().unwrap();
+        keys.sort_unstable();
+        let mut want: Vec<Vec<u8>> = model.keys().cloned().collect();
+        want.sort_unstable();
+        assert!(
+            keys == want,
+            "{what}: {} keys listed, {} expected",
+            keys.len(),
+            want.len()
+        );
+        for (k, v) in model.iter().step_by(13) {
+            assert_eq!(s.get(k).unwrap().as_ref(), Some(v), "{what}: get");
+        }
+    };
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    {
+        let s = Store::open(d.path(), o()).unwrap();
+        let mapped = |s: &Store| {
+            s.stats()
+                .into_iter()
+                .any(|(k, v)| k == "index_mapped" && v == 1)
+        };
+        assert!(mapped(&s), "reopened over the mapped INDEX");
+        let (mut stages, mut moved_to_heap) = (0, false);
+        for step in 0..3 * OVERLAY_MAX as u64 {
+            let r = next() % 100;
+            // mostly new keys; a fifth of the time one of the snapshot's
+            let k = match next() % 5 {
+                0 => key(next() % 20_000),
+                _ => key(20_000 + next() % (4 * OVERLAY_MAX as u64)),
+            };
+            if r < 75 {
+                let v = format!("w{step}").into_bytes();
+                s.put(&k, &v).unwrap();
+                model.insert(k, v);
+            } else if r < 90 {
+                assert_eq!(s.delete(&k).unwrap(), model.remove(&k).is_some(), "{step}");
+            } else {
+                assert_eq!(s.get(&k).unwrap(), model.get(&k).cloned(), "{step}");
+            }
+            if !mapped(&s) && !moved_to_heap {
+                moved_to_heap = true;
+                check(&s, &model, "as the table left the mapping");
+            }
+            if step % (OVERLAY_MAX as u64 / 2) == 1_000 {
+                stages += 1;
+                check(&s, &model, &format!("step {step}"));
+            }
+        }
+        assert!(moved_to_heap && stages >= 5);
+        check(&s, &model, "at the end");
+    }
+    let s = Store::open(d.path(), o()).unwrap();
+    check(&s, &model, "reopened");
+}
+
+#[test]
 fn keys_added_over_a_mapped_snapshot() {
     // The reopened store's table is the mapped INDEX; new keys go to the overlay,
     // known ones are updated in place; deletes, listings, counts and the next
