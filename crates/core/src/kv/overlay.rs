@@ -383,6 +383,11 @@ impl Shared {
     }
 
     /// The file's layout.
+    /// Bytes of the file's mapping.
+    pub fn mapped_bytes(&self) -> usize {
+        self.map.len()
+    }
+
     pub fn layout(&self) -> Layout {
         self.lay
     }

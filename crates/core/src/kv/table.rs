@@ -136,8 +136,35 @@ pub fn release_free_memory() {
     }
 }
 
+/// Drop `x`, which holds `bytes` of memory, where no caller waits for it: a large one
+/// on a thread of its own (`uringkit-free`). Unmapping the arrays of a table of a few
+/// million keys, or a shared file's mapping whose last reference frees the file's pages,
+/// takes 0.5–2 ms — the longest put there was once the table's growth was spread out.
+/// Smaller ones (and any when no thread can be had) go here and now. Memory of a large
+/// table goes back to the system either way (`malloc_trim` on glibc, see
+/// [`release_free_memory`]).
+pub fn drop_in_background<T: Send + 'static>(x: T, bytes: usize) {
+    if bytes < 4 << 20 {
+        drop(x);
+        if bytes >= 1 << 20 {
+            release_free_memory();
+        }
+        return;
+    }
+    let job = std::thread::Builder::new()
+        .name("uringkit-free".into())
+        .spawn(move || {
+            drop(x);
+            release_free_memory();
+        });
+    // (a thread that could not be started dropped `x` with its closure, here)
+    if job.is_err() {
+        release_free_memory();
+    }
+}
+
 /// What a [`Table`] holds: plain values with an empty default.
-pub trait Slot: Copy + Default {
+pub trait Slot: Copy + Default + Send + 'static {
     /// `n` default values for a new table's slots. The default writes every one; a type
     /// whose default is all zero bytes can hand out fresh zeroed memory instead (a
     /// table's growth then does not write its new slot array twice: once with zeros,
@@ -752,10 +779,7 @@ impl<T: Slot> Table<T> {
             return;
         }
         let freed = d.table.memory();
-        drop(d);
-        if freed >= 1 << 20 {
-            release_free_memory();
-        }
+        drop_in_background(d, freed);
     }
 
     /// Rehash into a table sized for the values it holds ([`buckets_for`]: 80 % full)
