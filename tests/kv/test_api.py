@@ -361,6 +361,32 @@ def test_index_memory_is_native(tmp_path: Path) -> None:
         assert per_key <= 64, f"{per_key:.1f} bytes of index overhead per key"
 
 
+def test_the_index_grows_a_few_keys_per_put(tmp_path: Path) -> None:
+    """Past 16K keys the hash table doubles in steps: stats() shows it growing for a
+    while, reads and writes go on meanwhile, every key stays readable; closed and
+    reopened over INDEX, keys added past 65,536 join the mapped table the same way."""
+    p = tmp_path / "db"
+    seen: set[int] = set()
+    with kv.open(p, durability="none") as db:
+        for i in range(80_000):
+            db.put(b"%016d" % i, b"%d" % i)
+            if i % 64 == 0:
+                seen.add(db.stats()["index_growing"])
+                assert db.get(b"%016d" % (i // 2)) == b"%d" % (i // 2)
+        assert seen == {0, 1}, "grew in steps, and finished"
+        assert all(db.get(b"%016d" % i) == b"%d" % i for i in range(80_000))
+    seen.clear()
+    with kv.open(p, durability="none") as db:
+        assert db.stats()["index_mapped"] == 1
+        for i in range(80_000, 150_000):
+            db.put(b"%016d" % i, b"%d" % i)
+            if i % 64 == 0:
+                seen.add(db.stats()["index_growing"])
+        assert seen == {0, 1}
+        assert len(db) == 150_000 and len(db.keys()) == 150_000
+        assert all(db.get(b"%016d" % i) == b"%d" % i for i in range(0, 150_000, 7))
+
+
 def test_torn_tail_warning(tmp_path: Path) -> None:
     p = tmp_path / "db"
     with kv.open(p) as db:

@@ -321,7 +321,10 @@ class DB:
     def stats(self) -> dict[str, int]:
         """Counters: keys, segments, bytes_on_disk, dead_bytes, index_bytes (native
         memory of the index), index_mapped (1 while the index is still the mapped INDEX
-        snapshot), index_verified (1 once that snapshot's checksums have been checked),
+        snapshot), index_growing (1 while the index's hash table doubles a few keys per
+        put, or the keys added over INDEX join it the same way: no put waits for all of
+        it — see docs/kv.md), index_verified (1 once that snapshot's checksums have been
+        checked),
         seq, warmed_bytes (segment bytes the background warm-up has read in, see
         `open(warm=...)`), io_uring, direct, write_syscalls, mapped_writes (1 when
         "none"/"batch" writes are copied into the active segment's shared mapping rather

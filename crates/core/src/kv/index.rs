@@ -929,6 +929,12 @@ impl Index {
         self.table.memory() + self.over.memory() + self.arena.bytes_used()
     }
 
+    /// Whether the table is growing in steps or the overlay merging into it (lookups
+    /// probe two tables meanwhile).
+    pub fn is_growing(&self) -> bool {
+        self.table.is_growing() || self.merging.is_some()
+    }
+
     /// Whether the table is still the one mapped from a snapshot (not yet rehashed).
     pub fn is_mapped(&self) -> bool {
         self.table.is_mapped()

@@ -5107,6 +5107,8 @@ impl Store {
             ("index_bytes".into(), st.index.memory() as u64),
             // 1 while the table is still the mapped snapshot (not yet grown into the heap)
             ("index_mapped".into(), st.index.is_mapped() as u64),
+            // 1 while the table doubles in steps or the overlay merges into it
+            ("index_growing".into(), st.index.is_growing() as u64),
             // 1 once the snapshot's checksums are verified (or there was none to verify)
             ("index_verified".into(), self.index_verdict_in() as u64),
             ("seq".into(), st.seq),
