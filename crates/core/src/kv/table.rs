@@ -945,8 +945,18 @@ impl<T: Slot> Default for Table<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A xorshift64 generator from `seed` (non-zero): the tests' random operations.
+    pub(crate) fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
 
     fn hash(k: u64) -> u64 {
         // a deliberately weak hash: many shared low bits stress probing and tags
@@ -1040,13 +1050,7 @@ mod tests {
     fn random_operations_match_a_model() {
         // puts, erases, reservations of any size (tables of any whole number of groups),
         // fits and round trips through the raw arrays, against a HashSet
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut t: Table<u64> = Table::new();
         let mut model = std::collections::HashSet::new();
         for step in 0..60_000u32 {
@@ -1090,13 +1094,7 @@ mod tests {
     fn growing_in_steps_matches_a_model() {
         // a table of more than STEPS_MIN values grows in steps: puts, erases, updates of
         // values still in the old table, listings and fits meanwhile, against a HashMap
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         // values: key in the high 32 bits, a version in the low ones
         let key = |v: u64| v >> 32;
         let h = |v: &u64| hash(key(*v));
@@ -1331,12 +1329,10 @@ mod tests {
         }
         // a large table (counts summed over many 255-word blocks)
         let n = 1 << 16;
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         let mut ctrl: Vec<u8> = (0..n)
             .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = next();
                 [EMPTY, EMPTY, DELETED, (x >> 40) as u8 & 0x7F][(x & 3) as usize]
             })
             .collect();

@@ -94,13 +94,7 @@ fn the_overlay_merges_and_the_table_grows_a_few_keys_per_put() {
             assert_eq!(s.get(k).unwrap().as_ref(), Some(v), "{what}: get");
         }
     };
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = crate::kv::table::tests::xorshift(0x2545_F491_4F6C_DD1D);
     {
         let s = Store::open(d.path(), o()).unwrap();
         let mapped = |s: &Store| {
@@ -563,15 +557,13 @@ fn a_hint_of_random_entries_is_refused_not_a_panic() {
     let d = tempfile::tempdir().unwrap();
     let id = hinted_store(d.path());
     let size = fs::metadata(d.path().join(seg_name(id))).unwrap().len();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = crate::kv::table::tests::xorshift(0x9E37_79B9_7F4A_7C15);
     for round in 0..200 {
         let mut b = (if round % 2 == 0 { b"XVH3" } else { b"XVH1" }).to_vec();
         b.extend_from_slice(&size.to_le_bytes());
         b.extend_from_slice(&((round % 7) as u32 * 100).to_le_bytes());
         for _ in 0..(round * 13) % 400 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = next();
             b.push(match x % 4 {
                 0 => 0xff, // (long varints)
                 1 => 0,
@@ -1160,13 +1152,8 @@ fn random_writes_with_partial_compactions_match_a_model() {
     // reopens that rebuild the index from INDEX, from hints and records, and from
     // records alone.
     let d = tempfile::tempdir().unwrap();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut next = crate::kv::table::tests::xorshift(0x9E37_79B9_7F4A_7C15);
+    let mut rnd = |n: u64| next() % n;
     let key = |i: u64| format!("key{i}").into_bytes();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let agree = |s: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>| {
