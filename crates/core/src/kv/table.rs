@@ -363,9 +363,14 @@ impl<T: Slot> Table<T> {
     }
 
     fn with_buckets(buckets: usize) -> Self {
-        debug_assert!(valid_buckets(buckets));
+        Self::with_ctrl(buckets, filled_vec(buckets + GROUP, EMPTY))
+    }
+
+    /// An empty table of `buckets` slots over `ctrl`: `buckets + GROUP` EMPTY bytes.
+    fn with_ctrl(buckets: usize, ctrl: Vec<u8>) -> Self {
+        debug_assert!(valid_buckets(buckets) && ctrl.len() == buckets + GROUP);
         Table {
-            ctrl: filled_vec(buckets + GROUP, EMPTY).into(),
+            ctrl: ctrl.into(),
             slots: T::empty_slots(buckets).into(),
             buckets,
             items: 0,
@@ -706,15 +711,7 @@ impl<T: Slot> Table<T> {
         let spare = self.spare.take();
         if growth == Growth::Steps && self.items >= STEPS_MIN && buckets > self.buckets() {
             let new = match spare {
-                Some(ctrl) if ctrl.len() == buckets + GROUP => Table {
-                    ctrl: ctrl.into(),
-                    slots: T::empty_slots(buckets).into(),
-                    buckets,
-                    items: 0,
-                    growth_left: capacity(buckets),
-                    old: None,
-                    spare: None,
-                },
+                Some(ctrl) if ctrl.len() == buckets + GROUP => Self::with_ctrl(buckets, ctrl),
                 _ => Self::with_buckets(buckets),
             };
             let old = std::mem::replace(self, new);
