@@ -21,22 +21,8 @@ impl AlignedBuf {
     pub fn new(len: usize) -> io::Result<Self> {
         let page = super::page_size();
         let map_len = len.max(1).div_ceil(page) * page;
-        // SAFETY: anonymous private mapping with no address hint; checked for MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         Ok(AlignedBuf {
-            ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            ptr: super::map_anonymous(map_len)?,
             len,
             map_len,
         })

@@ -180,23 +180,13 @@ impl Grow {
 
     #[cold]
     fn grow(&mut self, need: usize) {
-        let page = page_size();
+        let page = crate::buf::page_size();
         let cap = need
             .max(self.cap.saturating_mul(2))
             .max(GROW_MIN)
             .next_multiple_of(page);
         let ptr = if self.cap == 0 {
-            // SAFETY: a fresh anonymous mapping; the kernel picks the address.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    cap,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            }
+            crate::buf::map_anonymous(cap).map_or(libc::MAP_FAILED, |p| p.as_ptr().cast())
         } else {
             // SAFETY: ptr/cap is this value's own mapping; MAYMOVE may give it another
             // address (nothing points into it across a call that takes &mut self).
@@ -221,7 +211,7 @@ impl Grow {
 
     /// Give back the address space (and any pages) past the length, to the page.
     pub fn shrink_to_fit(&mut self) {
-        let keep = self.len.next_multiple_of(page_size());
+        let keep = self.len.next_multiple_of(crate::buf::page_size());
         if self.cap == 0 || keep >= self.cap {
             return;
         }
@@ -248,16 +238,6 @@ impl Drop for Grow {
             // SAFETY: this value's own mapping, no longer used.
             unsafe { libc::munmap(self.ptr.cast(), self.cap) };
         }
-    }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 {
-        n as usize
-    } else {
-        4096
     }
 }
 
