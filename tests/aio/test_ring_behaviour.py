@@ -634,3 +634,38 @@ def test_loop_moved_to_another_thread_with_io_in_flight(
     os.close(fd)
     assert len(out) == 2 and "moved to another thread" in out[0]
     assert out[1] == b"hello world"
+
+
+def test_a_file_outlives_the_loop_that_opened_it(tmp_path: Path, run: Any) -> None:
+    """As aiofiles' files: a file opened under one asyncio.run() is used, flushed and
+    closed under the next — its buffered writes, O_DIRECT reads and text layer included
+    (each operation goes to the running loop's ring; the first one's is closed)."""
+    files: dict[str, Any] = {}
+    p, t, d = tmp_path / "b", tmp_path / "t", tmp_path / "d"
+    data = direct_file(d, os.urandom(8192))
+
+    async def first() -> None:
+        files["b"] = f = await aio.open(p, "w+b")
+        await f.write(b"buffered ")  # still in the write buffer when this loop closes
+        files["t"] = tf = await aio.open(t, "w+", encoding="utf-8")
+        await tf.write("zeile ü\n")
+        files["d"] = df = await aio.open(d, "rb", direct=True)
+        assert len(await df.read_at(4096, 0)) == 4096
+
+    async def second() -> tuple[bytes, str, bytes]:
+        f, tf, df = files["b"], files["t"], files["d"]
+        await f.write(b"then more")
+        await f.seek(0)
+        got = await f.read()
+        await tf.seek(0)
+        line = await tf.readline()
+        block = await df.read_at(4096, 4096)
+        for x in (f, tf, df):
+            await x.close()
+        return got, line, block
+
+    run(first)
+    got, line, block = run(second)
+    assert got == b"buffered then more" and p.read_bytes() == got
+    assert line == "zeile ü\n" and t.read_text(encoding="utf-8") == line
+    assert block == data[4096:]

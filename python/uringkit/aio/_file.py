@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from .._native import AlignedBuffer, dio_alignment, is_local_fs, pread_nowait
 from ._backend import EARLY_SUBMIT as EARLY
-from ._backend import RingBackend
+from ._backend import RingBackend, get_backend
 
 T = TypeVar("T", bytes, str)
 CHUNK = 64 * 1024
@@ -97,8 +97,13 @@ class AsyncFile(_Lines[bytes]):
     """A binary file (`open(..., 'rb'|'wb'|'ab'|'r+b'|…)`).
 
     Positioned like a stdlib file: read/write advance the position, seek/tell move and
-    report it. Writes go straight to the kernel (no user-space write buffer), so `flush()`
-    has nothing to do and data is visible to other readers as soon as `write` returns.
+    report it. Small writes gather in a write buffer (`buffering`: 64 KiB by default, 0
+    writes every call through) that goes to the kernel on `flush()`, `close()`, a seek, a
+    read or when it fills, as io.BufferedWriter's does.
+
+    The file is not tied to the event loop that opened it: each operation runs on the
+    running loop's ring (or thread pool), so a file opened under one `asyncio.run()` can
+    be used, flushed and closed under the next.
     """
 
     def __init__(
@@ -116,7 +121,10 @@ class AsyncFile(_Lines[bytes]):
         buffer_size: int = 0,
         regular: bool | None = None,
     ) -> None:
-        self._b = backend
+        #: the backend of the loop this file was last used on (_b follows the running
+        #: loop, as aiofiles' files do: a file opened under one asyncio.run() works under
+        #: the next)
+        self._backend = backend
         #: S_ISREG of the fd, when the opener knows it (None: found out when needed)
         self._regular = regular
         self._fd = fd
@@ -151,6 +159,15 @@ class AsyncFile(_Lines[bytes]):
         self.closed = False
 
     # ----- plumbing ------------------------------------------------------------------------
+
+    @property
+    def _b(self) -> Any:
+        """The running loop's backend: the one the file was opened with while it runs on
+        that loop, else the new loop's (its fd is a plain descriptor, usable from any)."""
+        b = self._backend
+        if b.loop is not asyncio.get_running_loop():
+            b = self._backend = get_backend(self._direct)
+        return b
 
     def _check(self, want: str | None = None) -> None:
         if self.closed:
