@@ -298,3 +298,55 @@ def test_two_running_loops_share_a_store(tmp_path: Path) -> None:
     asyncio.run(db.close())
     with kv.open(tmp_path / "db") as d:
         assert len(d) == 2 * (60 * 10 + 6)
+
+
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_async_batch_block(tmp_path: Path, run: Run, durability: str) -> None:
+    """`async with db.batch() as b:` as the sync store's `with db.batch()`: applied whole
+    when the block ends (group-committed with the other tasks' writes), dropped on an
+    exception; `await b.commit()` without the block; a dropped unapplied batch warns."""
+
+    async def go() -> None:
+        async with kv.open_async(tmp_path / "db", durability=durability) as db:
+            await db.put(b"gone", b"x")
+
+            async def task(t: int) -> None:
+                async with db.batch() as b:
+                    for i in range(10):
+                        b.put(b"t%d-%d" % (t, i), bytearray(b"v%d" % i))
+                    b.delete(b"gone")
+                    assert len(b) == 11
+                assert await db.get(b"t%d-9" % t) == b"v9"  # written when the block ended
+
+            await asyncio.gather(*(task(t) for t in range(16)))
+            assert len(db) == 160 and b"gone" not in db
+
+            with pytest.raises(RuntimeError, match="abort"):
+                async with db.batch() as b:
+                    b.put(b"never", b"1")
+                    b.delete(b"t0-0")
+                    raise RuntimeError("abort")
+            assert await db.get(b"never") is None and await db.get(b"t0-0") == b"v0"
+
+            b = db.batch()
+            b.put(b"late", b"1")
+            await b.commit()
+            assert len(b) == 0 and await db.get(b"late") == b"1"
+            await db.write([(b"w", memoryview(b"2")), (b"late", None)])
+            assert await db.multi_get([b"w", b"late"]) == [b"2", None]
+
+            with pytest.raises(TypeError):
+                async with db.batch() as b:
+                    b.put(b"k", None)  # type: ignore[arg-type]
+            with pytest.warns(ResourceWarning, match="async with db.batch"):
+                b = db.batch()
+                b.put(b"dropped", b"1")
+                del b
+                import gc
+
+                gc.collect()
+            assert await db.get(b"dropped") is None
+
+    run(go)
+    with kv.open(tmp_path / "db") as db:  # what was acknowledged is there after reopening
+        assert len(db) == 161 and db.get(b"t15-0") == b"v0" and db.get(b"w") == b"2"

@@ -12,6 +12,11 @@
             ...
         db.compact(); db.stats(); db.check()
 
+    async with kv.open_async("data.xkv") as db:    # the event loop's ring, group commits
+        await db.put(b"key", b"value"); await db.get(b"key")
+        async with db.batch() as b:
+            b.put(b"x", b"1"); b.delete(b"y")
+
 Durability: "sync" (put returns once the record is on disk; concurrent writers share
 fdatasyncs), "batch" (fdatasync at most every batch_ms / batch_bytes), "none" (the
 kernel writes back when it likes). With "batch" and "none" every write is in the page
@@ -27,16 +32,16 @@ import concurrent.futures
 import errno
 import os
 import warnings
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from .._native import KvScan, KvStore
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
-__all__ = ["DB", "AsyncDB", "Batch", "open", "open_async"]
+__all__ = ["DB", "AsyncDB", "AsyncBatch", "Batch", "open", "open_async"]
 
 MAX_KEY = 64 * 1024
 #: values read per multi_get while iterating in key order
@@ -61,25 +66,17 @@ def _scan_iter(scan: KvScan, include_value: bool) -> Iterator[Any]:
 MAX_VALUE = 64 * 1024 * 1024
 
 
-class Batch:
-    """Collects puts and deletes; applied atomically when the `with` block ends without
-    an exception (discarded otherwise), or by `commit()` when used without `with`. A
-    batch dropped with operations neither committed nor discarded warns
-    (ResourceWarning), as an unclosed file does: its writes never happened."""
+class _Ops:
+    """The puts and deletes a batch collects (checked and copied as they come)."""
 
-    def __init__(self, db: DB) -> None:
-        self._db = db
+    #: how the batch is meant to be applied, for the warning of one dropped unapplied
+    _how = "`with db.batch() as b:` or b.commit()"
+
+    def __init__(self) -> None:
         self.ops: list[tuple[bytes, bytes | None]] = []
 
     def __len__(self) -> int:
         return len(self.ops)
-
-    def commit(self) -> None:
-        """Apply the collected operations atomically (durably with durability="sync"),
-        then start empty again."""
-        ops, self.ops = self.ops, []  # (a failed commit raises; the batch is spent)
-        if ops:
-            self._db._s.batch(ops)
 
     def discard(self) -> None:
         self.ops = []
@@ -88,7 +85,7 @@ class Batch:
         if getattr(self, "ops", None):
             warnings.warn(
                 f"kv batch of {len(self.ops)} operations was never committed (use "
-                "`with db.batch() as b:` or b.commit()); its writes were dropped",
+                f"{self._how}); its writes were dropped",
                 ResourceWarning,
                 stacklevel=2,
             )
@@ -103,6 +100,24 @@ class Batch:
         _check(key, None)
         self.ops.append((key, None))
 
+
+class Batch(_Ops):
+    """Collects puts and deletes; applied atomically when the `with` block ends without
+    an exception (discarded otherwise), or by `commit()` when used without `with`. A
+    batch dropped with operations neither committed nor discarded warns
+    (ResourceWarning), as an unclosed file does: its writes never happened."""
+
+    def __init__(self, db: DB) -> None:
+        super().__init__()
+        self._db = db
+
+    def commit(self) -> None:
+        """Apply the collected operations atomically (durably with durability="sync"),
+        then start empty again."""
+        ops, self.ops = self.ops, []  # (a failed commit raises; the batch is spent)
+        if ops:
+            self._db._s.batch(ops)
+
     def __enter__(self) -> Batch:
         return self
 
@@ -111,6 +126,36 @@ class Batch:
     ) -> None:
         if et is None:
             self.commit()
+        else:
+            self.discard()
+
+
+class AsyncBatch(_Ops):
+    """The async store's batch: `async with db.batch() as b: b.put(k, v); b.delete(k2)`.
+    Applied atomically when the block ends without an exception — the `async with`
+    returns once it is written (durably with durability="sync", group-committed with
+    the loop's other writes) — and discarded otherwise; or by `await b.commit()`."""
+
+    _how = "`async with db.batch() as b:` or `await b.commit()`"
+
+    def __init__(self, db: AsyncDB) -> None:
+        super().__init__()
+        self._db = db
+
+    async def commit(self) -> None:
+        """Apply the collected operations atomically, then start empty again."""
+        ops, self.ops = self.ops, []
+        if ops:
+            await self._db.write(ops)
+
+    async def __aenter__(self) -> AsyncBatch:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if et is None:
+            await self.commit()
         else:
             self.discard()
 
@@ -693,7 +738,24 @@ class AsyncDB:
             return self.db.multi_get(keys)
         return await self._run(self.db.multi_get, keys)  # type: ignore[no-any-return]
 
-    async def batch(self, ops: list[tuple[bytes, Buffer | None]]) -> None:
+    @overload
+    def batch(self) -> AsyncBatch: ...
+
+    @overload
+    def batch(self, ops: Iterable[tuple[bytes, Buffer | None]]) -> Coroutine[Any, Any, None]: ...
+
+    def batch(
+        self, ops: Iterable[tuple[bytes, Buffer | None]] | None = None
+    ) -> AsyncBatch | Coroutine[Any, Any, None]:
+        """`async with db.batch() as b: b.put(k, v); b.delete(k2)`: atomic, as the sync
+        store's batch (see AsyncBatch). `await db.batch(ops)` is `await db.write(ops)`."""
+        if ops is None:
+            return AsyncBatch(self)
+        return self.write(ops)
+
+    async def write(self, ops: Iterable[tuple[bytes, Buffer | None]]) -> None:
+        """Apply `[(key, value), (key, None), ...]` atomically as one batch (None deletes
+        the key); values may be bytes-like (copied)."""
         held = [(k, v if v is None or type(v) is bytes else _value(v)) for k, v in ops]
         for k, v in held:
             _check(k, v)
