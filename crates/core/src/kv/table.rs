@@ -77,8 +77,99 @@ fn step_budget(additional: usize) -> usize {
     STEP * additional.clamp(1, 256) + 2 * additional.saturating_sub(256)
 }
 
-/// Control bytes of the next table filled per put ahead of a growth in steps.
-const PREFILL_CHUNK: usize = 32 << 10;
+/// The arrays of the table a table will double into in steps, made ahead on a thread of
+/// their own (`uringkit-prep`, see [`Table::prepare`]): EMPTY control bytes, and slots
+/// whose every page has been written once.
+struct Spare<T> {
+    ctrl: Vec<u8>,
+    slots: Vec<T>,
+}
+
+impl<T: Slot> Spare<T> {
+    fn new(buckets: usize) -> Self {
+        let ctrl = filled_vec(buckets + GROUP, EMPTY);
+        let mut slots = T::empty_slots(buckets);
+        // Fresh zeroed memory is not there yet: the kernel backs each page on its first
+        // write — in a VM whose host has not backed it either, ~2.5 ms per 2 MiB huge
+        // page. Write every page once here, so that the puts that fill the table do not.
+        let per_page = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+        for i in (0..slots.len()).step_by(per_page) {
+            let p: *mut T = &mut slots[i];
+            // SAFETY: `p` points at an initialised element this thread owns; writing it
+            // its own value changes nothing, and volatile keeps the write (and so the
+            // page's first touch) from being optimised away.
+            unsafe { std::ptr::write_volatile(p, std::ptr::read(p)) };
+        }
+        Spare { ctrl, slots }
+    }
+
+    fn bytes(&self) -> usize {
+        self.ctrl.capacity() + self.slots.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+/// A value made ahead on a thread of its own (`uringkit-prep`) — memory whose pages a
+/// put would otherwise fault in — and picked up once it is there, never waited for on a
+/// put's path. (The receiver sits in a Mutex only so that its holder stays Sync; it is
+/// reached through `&mut`, never locked.)
+pub enum Prepared<T> {
+    Coming(std::sync::Mutex<std::sync::mpsc::Receiver<T>>),
+    Ready(T),
+}
+
+impl<T: Send + 'static> Prepared<T> {
+    /// Start making a value with `make`; `None` where no thread can be started.
+    pub fn start(make: impl FnOnce() -> T + Send + 'static) -> Option<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("uringkit-prep".into())
+            .spawn(move || {
+                // (nobody waits any more: the value goes with this thread)
+                let _ = tx.send(make());
+            })
+            .ok()?;
+        Some(Prepared::Coming(std::sync::Mutex::new(rx)))
+    }
+
+    /// Take the value in if it has been made (not yet, or never — a thread that
+    /// failed — leaves this as it is).
+    pub fn poll(&mut self) {
+        if let Prepared::Coming(rx) = self {
+            if let Ok(Ok(v)) = rx.get_mut().map(|rx| rx.try_recv()) {
+                *self = Prepared::Ready(v);
+            }
+        }
+    }
+
+    /// The value if it has been made.
+    pub fn ready(&self) -> Option<&T> {
+        match self {
+            Prepared::Ready(v) => Some(v),
+            Prepared::Coming(_) => None,
+        }
+    }
+
+    /// The value if it has been made (never waits for it).
+    pub fn take(mut self) -> Option<T> {
+        self.poll();
+        match self {
+            Prepared::Ready(v) => Some(v),
+            Prepared::Coming(_) => None,
+        }
+    }
+
+    /// Wait until the value is made (tests); whether it was.
+    #[cfg(test)]
+    pub fn wait(&mut self) -> bool {
+        if let Prepared::Coming(rx) = self {
+            match rx.get_mut().map(|rx| rx.recv()) {
+                Ok(Ok(v)) => *self = Prepared::Ready(v),
+                _ => return false,
+            }
+        }
+        true
+    }
+}
 
 /// Values moved per round of a rehash (see [`Table::rehash_into`]).
 const MOVE_CHUNK: usize = 4096;
@@ -111,7 +202,7 @@ pub fn prefetch<T>(p: *const T) {
 /// the random accesses a hash table makes. A hint; ignored where THP is off.
 pub fn hugepage_hint(ptr: *const u8, len: usize) {
     const HUGE: usize = 2 << 20;
-    if len < 2 * HUGE {
+    if len < 2 * HUGE || std::env::var_os("XKV_NOHUGE").is_some() {
         return;
     }
     let start = (ptr as usize).div_ceil(HUGE) * HUGE;
@@ -342,9 +433,9 @@ pub struct Table<T: Copy> {
     /// go here only after a probe of both found them absent); slot numbers from
     /// `buckets` on are the old table's (`slot - buckets`).
     old: Option<Box<Draining<T>>>,
-    /// The control bytes of the table this one will double into, filled (EMPTY) a
-    /// chunk per put over its last puts before it does (see [`Table::prefill`]).
-    spare: Option<Vec<u8>>,
+    /// The arrays of the table this one will double into, made ahead over its last
+    /// puts before it does (see [`Table::prepare`]).
+    spare: Option<Prepared<Spare<T>>>,
 }
 
 /// The table a table growing in steps moves its values out of.
@@ -363,15 +454,21 @@ impl<T: Slot> Table<T> {
     }
 
     fn with_buckets(buckets: usize) -> Self {
-        Self::with_ctrl(buckets, filled_vec(buckets + GROUP, EMPTY))
+        Self::with_arrays(
+            buckets,
+            filled_vec(buckets + GROUP, EMPTY),
+            T::empty_slots(buckets),
+        )
     }
 
-    /// An empty table of `buckets` slots over `ctrl`: `buckets + GROUP` EMPTY bytes.
-    fn with_ctrl(buckets: usize, ctrl: Vec<u8>) -> Self {
+    /// An empty table of `buckets` slots over `ctrl` (`buckets + GROUP` EMPTY bytes) and
+    /// `slots` (`buckets` empty ones).
+    fn with_arrays(buckets: usize, ctrl: Vec<u8>, slots: Vec<T>) -> Self {
         debug_assert!(valid_buckets(buckets) && ctrl.len() == buckets + GROUP);
+        debug_assert_eq!(slots.len(), buckets);
         Table {
             ctrl: ctrl.into(),
-            slots: T::empty_slots(buckets).into(),
+            slots: slots.into(),
             buckets,
             items: 0,
             growth_left: capacity(buckets),
@@ -432,6 +529,12 @@ impl<T: Slot> Table<T> {
     /// The lengths [`Table::raw`]'s arrays have, or will have once the table has grown.
     pub fn raw_lens(&self) -> (usize, usize) {
         (self.ctrl.len(), self.slots.len())
+    }
+
+    /// Where the arrays are (tests: which memory a growth took).
+    #[cfg(test)]
+    fn raw_ptrs(&self) -> (*const u8, *const T) {
+        (self.ctrl.as_ptr(), self.slots.as_ptr())
     }
 
     /// Whether the table is growing in steps (an old table still holds values).
@@ -696,7 +799,7 @@ impl<T: Slot> Table<T> {
         }
         if additional <= self.growth_left {
             if growth == Growth::Steps {
-                self.prefill();
+                self.prepare();
             }
             return;
         }
@@ -708,11 +811,19 @@ impl<T: Slot> Table<T> {
             Growth::Sparse => (want / 5 * 8).next_multiple_of(GROUP).max(want),
             Growth::Exact => want,
         };
-        let spare = self.spare.take();
+        // (arrays still being made are dropped by their thread when it finds nobody
+        // waits for them any more)
+        let spare = self.spare.take().and_then(Prepared::take);
         if growth == Growth::Steps && self.items >= STEPS_MIN && buckets > self.buckets() {
             let new = match spare {
-                Some(ctrl) if ctrl.len() == buckets + GROUP => Self::with_ctrl(buckets, ctrl),
-                _ => Self::with_buckets(buckets),
+                Some(s) if s.slots.len() == buckets => Self::with_arrays(buckets, s.ctrl, s.slots),
+                other => {
+                    if let Some(s) = other {
+                        let bytes = s.bytes();
+                        drop_in_background(s, bytes);
+                    }
+                    Self::with_buckets(buckets)
+                }
             };
             let old = std::mem::replace(self, new);
             self.old = Some(Box::new(Draining {
@@ -727,22 +838,24 @@ impl<T: Slot> Table<T> {
         }
     }
 
-    /// Over the last sixteenth of a table's room before it doubles in steps, fill the
-    /// control bytes of the doubled table ahead, [`PREFILL_CHUNK`] bytes per call: the
-    /// put that starts the growth then finds them ready instead of writing them all
-    /// (4 MB at 2M keys, ~1 ms with their page faults).
-    fn prefill(&mut self) {
+    /// Over the last sixteenth of a table's room before it doubles in steps, have the
+    /// doubled table's arrays made on a thread of their own, every page of them written
+    /// once: the put that starts the growth finds them ready instead of allocating them
+    /// (4 MB of control bytes at 2M keys, ~1 ms), and the puts that move the old table's
+    /// values into them do not take their page faults — a few ms per 2 MiB huge page of
+    /// fresh memory in a VM, 30–50 puts over 1 ms in 2M puts before. Arrays not ready
+    /// when the growth starts are not waited for (the growth allocates its own), nor
+    /// made where no thread can be started.
+    fn prepare(&mut self) {
+        if let Some(spare) = &mut self.spare {
+            spare.poll(); // (made: kept here, counted in `memory()`)
+            return;
+        }
         if self.items < STEPS_MIN || self.growth_left > capacity(self.buckets) / 16 {
             return;
         }
-        let want = self.buckets * 2 + GROUP;
-        let ctrl = self.spare.get_or_insert_with(|| {
-            let v: Vec<u8> = Vec::with_capacity(want);
-            hugepage_hint(v.as_ptr(), want);
-            v
-        });
-        let more = (want - ctrl.len()).min(PREFILL_CHUNK);
-        ctrl.resize(ctrl.len() + more, EMPTY);
+        let buckets = self.buckets * 2;
+        self.spare = Prepared::start(move || Spare::<T>::new(buckets));
     }
 
     /// Move what is left of the old table of a table growing in steps (nothing to do
@@ -925,7 +1038,10 @@ impl<T: Slot> Table<T> {
     /// Bytes of memory the arrays use (the old table's too, while it grows in steps).
     pub fn memory(&self) -> usize {
         let old = self.old.as_ref().map_or(0, |d| d.table.memory());
-        let spare = self.spare.as_ref().map_or(0, |v| v.capacity());
+        let spare = match &self.spare {
+            Some(p) => p.ready().map_or(0, Spare::bytes),
+            None => 0,
+        };
         self.ctrl.bytes_used() + self.slots.bytes_used() + old + spare
     }
 
@@ -1170,7 +1286,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_doubled_tables_control_bytes_are_filled_ahead() {
+    fn the_doubled_tables_arrays_are_made_ahead() {
         let mut t: Table<u64> = Table::new();
         let mut k = 0u64;
         let mut put = |t: &mut Table<u64>| {
@@ -1182,17 +1298,22 @@ pub(crate) mod tests {
         while t.len() < STEPS_MIN || t.is_growing() {
             put(&mut t);
         }
-        // up to the put before the growth: the spare control bytes fill up
+        // up to the put before the growth: the doubled table's arrays are made ahead
         let b = t.buckets();
         while t.room() > 1 {
             put(&mut t);
         }
         put(&mut t);
-        let spare = t.spare.as_ref().expect("filled ahead");
-        assert_eq!(spare.len(), 2 * b + GROUP);
-        assert!(spare.iter().all(|&c| c == EMPTY));
-        put(&mut t); // the growth: the spare becomes the new table's control bytes
+        let ahead = t.spare.as_mut().expect("asked for");
+        assert!(ahead.wait(), "made ahead");
+        let spare = ahead.ready().expect("made");
+        assert_eq!(spare.ctrl.len(), 2 * b + GROUP);
+        assert!(spare.ctrl.iter().all(|&c| c == EMPTY));
+        assert!(spare.slots.len() == 2 * b && spare.slots.iter().all(|&v| v == 0));
+        let (ctrl_at, slots_at) = (spare.ctrl.as_ptr(), spare.slots.as_ptr());
+        put(&mut t); // the growth: the new table is made of them
         assert!(t.is_growing() && t.spare.is_none() && t.buckets() == 2 * b);
+        assert_eq!(t.raw_ptrs(), (ctrl_at, slots_at));
         while t.is_growing() {
             put(&mut t);
         }
