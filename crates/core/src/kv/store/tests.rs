@@ -103,7 +103,7 @@ fn the_overlay_merges_and_the_table_grows_a_few_keys_per_put() {
                 .any(|(k, v)| k == "index_mapped" && v == 1)
         };
         assert!(mapped(&s), "reopened over the mapped INDEX");
-        let (mut stages, mut moved_to_heap) = (0, false);
+        let (mut stages, mut moved_to_heap, mut tail_made) = (0, false, false);
         for step in 0..3 * OVERLAY_MAX as u64 {
             let r = next() % 100;
             // mostly new keys; a fifth of the time one of the snapshot's
@@ -120,6 +120,9 @@ fn the_overlay_merges_and_the_table_grows_a_few_keys_per_put() {
             } else {
                 assert_eq!(s.get(&k).unwrap(), model.get(&k).cloned(), "{step}");
             }
+            // the heap tail the overlay's keys move to is made ahead: wait for it here,
+            // so that the detach copies into it (as it does when the thread is quick)
+            tail_made = tail_made || s.state.write().unwrap().index.wait_tail_ahead();
             if !mapped(&s) && !moved_to_heap {
                 moved_to_heap = true;
                 check(&s, &model, "as the table left the mapping");
@@ -129,7 +132,7 @@ fn the_overlay_merges_and_the_table_grows_a_few_keys_per_put() {
                 check(&s, &model, &format!("step {step}"));
             }
         }
-        assert!(moved_to_heap && stages >= 5);
+        assert!(moved_to_heap && tail_made && stages >= 5);
         check(&s, &model, "at the end");
     }
     let s = Store::open(d.path(), o()).unwrap();
