@@ -809,7 +809,7 @@ class AsyncDB:
         scan = await self._run(self.db._s.scan, prefix, start, stop)
         keys: list[bytes] = scan.keys()
         if keys:
-            await self.batch([(k, None) for k in keys])
+            await self.write([(k, None) for k in keys])
         return len(keys)
 
     async def iterator(
