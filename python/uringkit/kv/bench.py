@@ -12,11 +12,13 @@ few hundred µs or less, which one stall of the machine makes milliseconds).
 The bulk load is the best of two loads, one round over the stores in reverse order and
 one in turn; then the stores run one after the other for the cold multi_get, reopen,
 seed and 4 KiB write rows; the durable rows run afterwards in two rounds over the stores
-(in turn, then in reverse), the cold multi_gets a second round (in reverse), the hot
-read rows (gets, multi_get, 4 KiB gets) with every store open, one pass of each in
-turn, three rounds, and the cold multi_gets a third round (in turn) — each store's best
-pass kept, so that the machine's drift favours none. Needs about 4 GiB
-free in --dir (every store's loaded data is kept until the read rows are done).
+(in turn, then in reverse; each store's after an `os.sync()`, so that no store's
+fdatasyncs wait behind the write-back of the earlier rows' data), the cold multi_gets a
+second round (in reverse), the hot read rows (gets, multi_get, 4 KiB gets) with every
+store open, one pass of each in turn, three rounds, and the cold multi_gets a third
+round (in turn) — each store's best pass kept, so that the machine's drift favours none.
+Needs about 4 GiB free in --dir (every store's loaded data is kept until the read rows
+are done).
 """
 
 from __future__ import annotations
