@@ -30,6 +30,18 @@ def warm(path: str) -> None:
     os.close(fd)
 
 
+def directory(path: str) -> str:
+    """argparse type of a `--dir`: the directory, made if it does not exist yet (with
+    its parents), or a usage error that says why it cannot be."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot use {path!r}: {e.strerror}") from None
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path!r} is not a directory")
+    return path
+
+
 def kv_parser(doc: str | None, rounds: int, keys: int | None = None) -> argparse.ArgumentParser:
     """The kv benches' command line: `doc` as the help text, and the options they all
     take — `--rounds`, `--dir` (where the stores go), `--json` — plus `--keys` when a
@@ -40,7 +52,12 @@ def kv_parser(doc: str | None, rounds: int, keys: int | None = None) -> argparse
     if keys is not None:
         ap.add_argument("--keys", type=int, default=keys)
     ap.add_argument("--rounds", type=int, default=rounds)
-    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores go")
+    ap.add_argument(
+        "--dir",
+        type=directory,
+        default=tempfile.gettempdir(),
+        help="where the stores go (made if missing)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return ap
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _common import make_file, warm
+from _common import directory, make_file, warm
 
 from uringkit import aio
 from uringkit.bench.options import parse_size
@@ -91,7 +91,9 @@ def main() -> int:
     )
     ap.add_argument("--size", default="1g")
     ap.add_argument("--reads", type=int, default=50_000)
-    ap.add_argument("--dir", default=".")
+    ap.add_argument(
+        "--dir", type=directory, default=".", help="where the test file goes (made if missing)"
+    )
     ap.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "uringkit"])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

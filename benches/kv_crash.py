@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import directory
+
 from uringkit.kv.crashtest import CrashCheckFailed, Round, run_rounds
 
 
@@ -28,7 +30,9 @@ def main() -> int:
     )
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--mode", choices=["threads", "async"], default="threads")
-    ap.add_argument("--dir", default=".")
+    ap.add_argument(
+        "--dir", type=directory, default=".", help="where the stores go (made if missing)"
+    )
     ap.add_argument("--direct", action="store_true", help="the writer appends with O_DIRECT")
     ap.add_argument(
         "--durability",

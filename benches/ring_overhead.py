@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from _common import make_file, warm
+from _common import directory, make_file, warm
 
 from uringkit import Fixed, Ring
 from uringkit.bench.options import parse_size
@@ -47,7 +47,9 @@ def main() -> int:
     )
     ap.add_argument("--size", default="1g", help="test file size (default 1g)")
     ap.add_argument("--ops", type=int, default=200_000, help="ops per measurement")
-    ap.add_argument("--dir", default=".", help="where to put the test file")
+    ap.add_argument(
+        "--dir", type=directory, default=".", help="where to put the test file (made if missing)"
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     size = parse_size(a.size)

@@ -65,7 +65,6 @@ type HeldOps<'py> = Vec<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)>;
 
 /// `[(key, value_or_None), ...]` with every key and value checked to be bytes.
 fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
-    let pairs = || PyTypeError::new_err("batch ops must be (key, value_or_None) pairs");
     let mut held = Vec::with_capacity(ops.len().unwrap_or(0));
     let items = ops.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -73,31 +72,59 @@ fn extract_ops<'py>(ops: &Bound<'py, PyAny>) -> PyResult<HeldOps<'py>> {
             crate::convert::type_name(ops)
         ))
     })?;
-    for item in items {
-        let item = item?;
-        // the common case, a 2-tuple, without a generic extraction per op
-        let (k, v) = match item.cast::<pyo3::types::PyTuple>() {
-            Ok(t) if t.len() == 2 => (t.get_item(0)?, t.get_item(1)?),
-            Ok(_) => return Err(pairs()),
-            Err(_) => item
-                .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
-                .map_err(|_| pairs())?,
-        };
-        bytes_arg(&k, "key")?;
-        let k = k.cast_into::<PyBytes>().map_err(PyErr::from)?;
-        let v = if v.is_none() {
-            None
-        } else {
-            Some(match v.cast_into::<PyBytes>() {
-                Ok(b) => b,
-                // any other bytes-like value: copied now (a bytearray changed later must
-                // not change what is written)
-                Err(e) => value_copy(e.into_inner())?,
-            })
-        };
-        held.push((k, v));
+    for (i, item) in items.enumerate() {
+        // (a wrong op is named by its place: "ops[3]: value must be bytes …")
+        held.push(extract_op(item?).map_err(|e| at_op(ops.py(), i, e))?);
     }
     Ok(held)
+}
+
+/// One `(key, value_or_None)` op of [`extract_ops`].
+#[allow(clippy::type_complexity)]
+fn extract_op<'py>(
+    item: Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)> {
+    let pairs = || PyTypeError::new_err("batch ops must be (key, value_or_None) pairs");
+    // the common case, a 2-tuple, without a generic extraction per op
+    let (k, v) = match item.cast::<pyo3::types::PyTuple>() {
+        Ok(t) if t.len() == 2 => (t.get_item(0)?, t.get_item(1)?),
+        Ok(_) => return Err(pairs()),
+        Err(_) => item
+            .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+            .map_err(|_| pairs())?,
+    };
+    key_arg(&k)?;
+    let k = k.cast_into::<PyBytes>().map_err(PyErr::from)?;
+    let v = if v.is_none() {
+        None
+    } else {
+        let v = match v.cast_into::<PyBytes>() {
+            Ok(b) => b,
+            // any other bytes-like value: copied now (a bytearray changed later must
+            // not change what is written)
+            Err(e) => value_copy(e.into_inner())?,
+        };
+        if v.as_bytes().len() > uringkit_core::kv::record::MAX_VALUE {
+            return Err(PyValueError::new_err(format!(
+                "value must be at most 64 MiB (got {} bytes)",
+                v.as_bytes().len()
+            )));
+        }
+        Some(v)
+    };
+    Ok((k, v))
+}
+
+/// `e` (a TypeError or ValueError about op `i`) with the op's place in front.
+fn at_op(py: Python<'_>, i: usize, e: PyErr) -> PyErr {
+    let msg = format!("ops[{i}]: {}", e.value(py));
+    if e.is_instance_of::<PyTypeError>(py) {
+        PyTypeError::new_err(msg)
+    } else if e.is_instance_of::<PyValueError>(py) {
+        PyValueError::new_err(msg)
+    } else {
+        e
+    }
 }
 
 fn op_refs<'a>(held: &'a HeldOps<'_>) -> Vec<(&'a [u8], Option<&'a [u8]>)> {

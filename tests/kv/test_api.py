@@ -189,6 +189,27 @@ def test_bad_input(tmp_path: Path) -> None:
         assert "os error" not in str(e.value)
 
 
+def test_a_bad_op_of_a_batch_is_named_by_its_place(tmp_path: Path) -> None:
+    """db.write(ops) names the wrong op by its place in ops, and writes none of them."""
+    big = b"v" * (64 * 1024 * 1024 + 1)
+    bad: list[tuple[type[Exception], str, object]] = [
+        (TypeError, r"ops\[2\]: value must be bytes", 42),
+        (TypeError, r"ops\[2\]: key must be bytes", ("text", b"v")),
+        (TypeError, r"ops\[2\]: batch ops must be \(key, value_or_None\) pairs", (b"k",)),
+        (ValueError, r"ops\[2\]: key must be 1 byte to 64 KiB \(got 0 bytes\)", (b"", b"v")),
+        (ValueError, r"ops\[2\]: key must be 1 byte to 64 KiB", (b"k" * 65537, None)),
+        (ValueError, r"ops\[2\]: value must be at most 64 MiB", (b"k", big)),
+    ]
+    with kv.open(tmp_path / "db") as db:
+        for exc, match, op in bad:
+            third = op if isinstance(op, tuple) else (b"c", op)
+            with pytest.raises(exc, match=match):
+                db.write([(b"a", b"1"), (b"b", b"2"), third, (b"d", b"4")])
+        with pytest.raises(ValueError, match=r"^ops\[0\]: key must be 1 byte"):
+            db.write([(b"", b"v")])
+        assert len(db) == 0
+
+
 def test_use_after_close(tmp_path: Path) -> None:
     db = kv.open(tmp_path / "db")
     db.close()

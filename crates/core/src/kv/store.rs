@@ -2530,8 +2530,12 @@ impl Store {
         atomic: bool,
     ) -> io::Result<(u64, Vec<Update>)> {
         self.writable("writing")?;
-        for (k, v) in ops {
-            Self::check_kv(k, *v)?;
+        for (i, (k, v)) in ops.iter().enumerate() {
+            // (a batch names the op: "ops[3]: key must be …")
+            Self::check_kv(k, *v).map_err(|e| match ops.len() {
+                1 => e,
+                _ => err(e.kind(), format!("ops[{i}]: {e}")),
+            })?;
         }
         let key_bytes: usize = ops.iter().map(|(k, _)| k.len() + 8).sum();
         if !self.state.read().expect("state").index.has_room(key_bytes) {
