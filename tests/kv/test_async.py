@@ -103,6 +103,14 @@ def test_cancelled_put_and_bad_input(tmp_path: Path, run: Run) -> None:
                 await db.put("k", b"v")  # type: ignore[arg-type]
             with pytest.raises(ValueError, match="64 KiB"):
                 await db.put(b"k" * 70_000, b"v")
+            # a wrong op of a batch is named by its place, as DB.write names it
+            with pytest.raises(TypeError, match=r"^ops\[1\]: value must be bytes"):
+                await db.write([(b"a", b"1"), (b"b", 2)])  # type: ignore[list-item]
+            with pytest.raises(ValueError, match=r"^ops\[1\]: key must be 1 byte"):
+                await db.write([(b"a", b"1"), (b"", b"v")])
+            with pytest.raises(TypeError, match=r"^ops\[0\]: batch ops must be"):
+                await db.write([(b"a",)])  # type: ignore[list-item]
+            assert await db.get(b"a") is None
 
     run(go)
 

@@ -184,6 +184,25 @@ def _check(key: Any, value: Any) -> None:
             raise ValueError(f"value must be at most 64 MiB (got {len(value)} bytes)")
 
 
+def _checked_ops(ops: Iterable[tuple[bytes, Buffer | None]]) -> list[tuple[bytes, bytes | None]]:
+    """`ops` checked as `DB.write` checks them natively (a wrong op named by its place,
+    `ops[3]: …`), bytes-like values copied."""
+    held: list[tuple[bytes, bytes | None]] = []
+    for i, op in enumerate(ops):
+        try:
+            try:
+                k, v = op
+            except (TypeError, ValueError):
+                raise TypeError("batch ops must be (key, value_or_None) pairs") from None
+            if v is not None and type(v) is not bytes:
+                v = _value(v)
+            _check(k, v)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"ops[{i}]: {e}") from None
+        held.append((k, v))
+    return held
+
+
 class DB:
     """An open store. Thread-safe: many threads may put/get at once (their durable puts
     share fdatasyncs). Only one process may have a store open."""
@@ -756,9 +775,7 @@ class AsyncDB:
     async def write(self, ops: Iterable[tuple[bytes, Buffer | None]]) -> None:
         """Apply `[(key, value), (key, None), ...]` atomically as one batch (None deletes
         the key); values may be bytes-like (copied)."""
-        held = [(k, v if v is None or type(v) is bytes else _value(v)) for k, v in ops]
-        for k, v in held:
-            _check(k, v)
+        held = _checked_ops(ops)
         if held:
             await self._write(held, True)
 
