@@ -2754,15 +2754,15 @@ impl Store {
 
     /// Relay mode, a primed writer: wait awake until a writer lets the lock go after
     /// turn `turn` (then it is free for this one), at most `PRIME_PATIENCE`.
+    ///
+    /// It yields its CPU at every look rather than spinning between looks: the writer it
+    /// waits for, or a leader back from its fdatasync, is often runnable on this very
+    /// CPU, and a spin only delays it. (64 writer threads, alternating runs: 78–80K
+    /// durable puts/s against 72–73K when it spun 64 times between yields, and less CPU
+    /// per put; no change with 4 or 16.)
     fn wait_turn(&self, turn: u64) {
         let start = Instant::now();
-        let mut spins = 0u32;
         while self.turns.load(Ordering::Acquire) <= turn {
-            spins += 1;
-            if !spins.is_multiple_of(64) {
-                std::hint::spin_loop();
-                continue;
-            }
             if start.elapsed() >= PRIME_PATIENCE {
                 // nobody came: no longer primed (unless a newer writer is already)
                 let _ =
