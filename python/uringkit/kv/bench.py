@@ -9,16 +9,16 @@ random gets (hot); multi_get of 100 keys; seed 003's puts of `bench_%d` -> `v`;
 and of 5 opens each after a writer process was killed with SIGKILL: an open takes a
 few hundred µs or less, which one stall of the machine makes milliseconds).
 
-The bulk load is the best of two loads, one round over the stores in reverse order and
-one in turn; then the stores run one after the other for the cold multi_get, reopen,
-seed and 4 KiB write rows; the durable rows run afterwards in two rounds over the stores
-(in turn, then in reverse; each store's after an `os.sync()`, so that no store's
-fdatasyncs wait behind the write-back of the earlier rows' data), the cold multi_gets a
-second round (in reverse), the hot read rows (gets, multi_get, 4 KiB gets) with every
-store open, one pass of each in turn, three rounds, and the cold multi_gets a third
-round (in turn) — each store's best pass kept, so that the machine's drift favours none.
-Needs about 4 GiB free in --dir (every store's loaded data is kept until the read rows
-are done).
+The bulk load is the best of two loads (each after an `os.sync()`), one round over the
+stores in reverse order and one in turn; then the stores run one after the other for the
+cold multi_get, reopen, seed and 4 KiB write rows; the durable rows run afterwards in
+two rounds over the stores (in turn, then in reverse; each store's after an `os.sync()`
+as well), the cold multi_gets a second round (in reverse), the hot read rows (gets,
+multi_get, 4 KiB gets) with every store open, one pass of each in turn, three rounds,
+and the cold multi_gets a third round (in turn) — each store's best pass kept, so that
+the machine's drift favours none; the syncs keep one store's write-back out of the next
+store's rows. Needs about 4 GiB free in --dir (every store's loaded data is kept until
+the read rows are done).
 """
 
 from __future__ import annotations
@@ -465,7 +465,9 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
 
     def load(p: Peer, path: str) -> float:
         """Bulk load, not durable, batches of 1000, into a new store at `path` (left
-        open); puts/s."""
+        open); puts/s. (After an `os.sync()`: the stores loaded before it leave hundreds
+        of MB dirty, whose write-back would otherwise run during this load.)"""
+        os.sync()
         p.open(path, durable=False)
         t = time.perf_counter()
         for i in range(0, n_load, 1000):
@@ -475,7 +477,9 @@ def run(directory: str, quick: bool, con: Console, only: list[str] | None = None
     cold_groups = groups[: max(20, n_multi // 20)]
 
     def cold(p: Peer, path: str) -> float:
-        """multi_gets (keys/s) on the store at `path` opened with its files evicted."""
+        """multi_gets (keys/s) on the store at `path` opened with its files evicted (and
+        nothing of any store's left to write back meanwhile: `os.sync()` first)."""
+        os.sync()
         p.open(path, durable=False)
         evict(path)
         t = time.perf_counter()
