@@ -578,6 +578,13 @@ impl Index {
             }
             let put = self.put_over(key, h, loc, seq);
             self.prepare_tail();
+            if self.over.len() >= OVERLAY_MAX / 4 {
+                // the overlay's new keys (all of those still to come, at worst) will
+                // merge into the table: if they will not fit, its doubled arrays are
+                // made ahead (see Table::prepare_for)
+                let new_keys = self.over.len() - self.shadows + (OVERLAY_MAX - self.over.len());
+                self.table.prepare_for(new_keys);
+            }
             if self.over.len() >= OVERLAY_MAX {
                 // merged a few entries per put from now on: no put waits for all of
                 // them (~20-40 ms for 65,536 keys into a million-key table)
