@@ -34,6 +34,25 @@ def test_commands(tmp_path: Path) -> None:
     assert kv("--hex", "get", p, "757365723a32").stdout == "626f62\n"
 
 
+def test_scan_as_json_lines(tmp_path: Path) -> None:
+    """Values with tabs and newlines, and bytes that are not UTF-8, come out whole."""
+    p = str(tmp_path / "s")
+    assert kv("put", p, "doc:1", '{"a":\t1,\n"b": "é"}').returncode == 0
+    assert kv("--hex", "put", p, "646f633aff", "00ff").returncode == 0  # b"doc:\xff"
+    rows = [json.loads(ln) for ln in kv("scan", p, "--json").stdout.splitlines()]
+    assert rows == [
+        {"key": "doc:1", "value": '{"a":\t1,\n"b": "é"}'},
+        {"key_hex": "646f633aff", "value_hex": "00ff"},
+    ]
+    out = kv("scan", p, "--json", "--keys-only", "--limit", "1").stdout
+    assert [json.loads(ln) for ln in out.splitlines()] == [{"key": "doc:1"}]
+    out = kv("--hex", "scan", p, "--json", "--prefix", "646f633a31").stdout
+    assert json.loads(out) == {
+        "key_hex": "646f633a31",
+        "value_hex": '{"a":\t1,\n"b": "é"}'.encode().hex(),
+    }
+
+
 def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
     # `uringkit kv scan ... | head -1`: the pipe closes while the scan still prints
     from uringkit import kv as kv_api

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
@@ -14,6 +15,7 @@ EXAMPLES = """examples:
   uringkit kv get /data/store user:1
   uringkit kv delete /data/store user:1
   uringkit kv scan /data/store --prefix user: --limit 10
+  uringkit kv scan /data/store --prefix user: --json
   uringkit kv compact /data/store
   uringkit kv compact /data/store --compression zstd --level 19
   uringkit kv check /data/store
@@ -28,6 +30,15 @@ put, delete, compact and --repair need the writer's open."""
 
 def _b(s: str, hexa: bool) -> bytes:
     return bytes.fromhex(s) if hexa else s.encode()
+
+
+def _field(name: str, b: bytes, hexa: bool) -> dict[str, str]:
+    """`{name: text}` for `scan --json`, or `{name_hex: hex}` for bytes that are not
+    UTF-8 (and for every key and value with --hex)."""
+    if not hexa:
+        with contextlib.suppress(UnicodeDecodeError):
+            return {name: b.decode()}
+    return {f"{name}_hex": b.hex()}
 
 
 def _show(b: bytes, hexa: bool) -> str:
@@ -93,6 +104,12 @@ def main(argv: list[str]) -> int:
             p.add_argument("--prefix", default="", help="only keys that start with it")
             p.add_argument("--limit", type=int, default=0, help="at most this many (0: all)")
             p.add_argument("--keys-only", action="store_true", help="keys without values")
+            p.add_argument(
+                "--json",
+                action="store_true",
+                help='JSON lines, one per key: {"key": ..., "value": ...} as UTF-8 text, '
+                '"key_hex"/"value_hex" for bytes that are not (and for all with --hex)',
+            )
         if name == "stats":
             p.add_argument("--json", action="store_true", help="one JSON object (for machines)")
         if name == "compact":
@@ -142,7 +159,13 @@ def main(argv: list[str]) -> int:
                 # for what is printed
                 rows = db.iterator(prefix=_b(a.prefix, h), include_value=not a.keys_only)
                 for row in itertools.islice(rows, a.limit or None):
-                    if a.keys_only:
+                    if a.json:
+                        k, v = (row, None) if a.keys_only else row
+                        obj = _field("key", k, h)
+                        if v is not None:
+                            obj.update(_field("value", v, h))
+                        print(json.dumps(obj, ensure_ascii=False))
+                    elif a.keys_only:
                         print(_show(row, h))
                     else:
                         print(f"{_show(row[0], h)}\t{_show(row[1], h)}")
