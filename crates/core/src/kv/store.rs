@@ -418,17 +418,22 @@ impl Segment {
         let Some(rel) = (off as usize).checked_sub(self.map_base) else {
             return;
         };
-        if rel + data.len() > self.map_len {
-            return; // beyond the reserve: those records are read with pread
+        // What lies beyond the reserve is not copied: records that end past it are read
+        // with pread (`mapped` covers only whole records inside it). The part before
+        // it is, always: a write that runs past the reserve (a batch larger than a
+        // segment) also holds records that end inside it, and those are read from here
+        // — until session 30 the whole write was skipped, and they read as zeros (a CRC
+        // error on a direct store's fresh batch).
+        if rel >= self.map_len {
+            return;
         }
-        // SAFETY: [rel, rel+len) lies inside our writable mapping (the anonymous mirror,
+        let n = data.len().min(self.map_len - rel);
+        // SAFETY: [rel, rel+n) lies inside our writable mapping (the anonymous mirror,
         // or the file mapping, whose file the appender has extended past it); readers
         // only read records already indexed, which lie before `off` (appends go past
         // every published record), so no reader looks at these bytes while they are
         // written.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), (self.map as *mut u8).add(rel), data.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.map as *mut u8).add(rel), n) };
     }
 
     /// Whether [off, off+len) is in the page cache (mincore on the mapping).
