@@ -178,3 +178,32 @@ def test_the_chart_leaves_out_rows_only_xkv_has() -> None:
         "reopen after load (ms)": {"xkv": 0.05, "lmdb": 0.18, "leveldb": 1.3},
     }
     assert compared(rows) == ["load (puts/s, batches)", "reopen after load (ms)"]
+
+
+def test_stress(tmp_path: Path) -> None:
+    """`uringkit kv stress`: a run per configuration asked for, one JSON line each."""
+    out = kv(
+        "stress",
+        "--seed",
+        "5",
+        "--steps",
+        "300",
+        "--config",
+        "none",
+        "--config",
+        "sync-lz4",
+        "--dir",
+        str(tmp_path),
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    runs = [json.loads(ln) for ln in out.stdout.splitlines()]
+    assert [(r["config"], r["seed"], r["steps"]) for r in runs] == [
+        ("none", 5, 300),
+        ("sync-lz4", 5, 300),
+    ]
+    assert runs[0]["ops"]["put"] > 50
+    assert "2 runs, no mismatch" in out.stderr
+    assert list(tmp_path.iterdir()) == []  # its stores are gone
+    bad = kv("stress", "--steps", "0")
+    assert bad.returncode == 2 and "--steps and --seconds must be positive" in bad.stderr

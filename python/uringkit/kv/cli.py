@@ -1,4 +1,5 @@
-"""`uringkit kv put|get|delete|scan|compact|check|stats PATH ...` and `uringkit kv bench`."""
+"""`uringkit kv put|get|delete|scan|compact|check|stats PATH ...`, `uringkit kv bench` and
+`uringkit kv stress`."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ EXAMPLES = """examples:
   uringkit kv stats /data/store --json
   uringkit kv backup /data/store /backups/store-2026-12-02
   uringkit kv bench --quick
+  uringkit kv stress --seconds 600
 
 get, scan, check, stats and backup open the store read-only (read_only=True): they work
 beside the process that has it open for writing, and see it as it is when they start.
@@ -55,6 +57,10 @@ def main(argv: list[str]) -> int:
         from .bench import main as bench_main
 
         return bench_main(argv[1:])
+    if argv and argv[0] == "stress":
+        from .stress import main as stress_main
+
+        return stress_main(argv[1:])
     ap = argparse.ArgumentParser(
         prog="uringkit kv",
         description="The xkv store from the "
@@ -79,6 +85,7 @@ def main(argv: list[str]) -> int:
         ("stats", "sizes, counts, recovery info"),
         ("backup", "copy the store to a new directory (hard links where it can)"),
         ("bench", "xkv vs LMDB/LevelDB/RocksDB/sqlite (uringkit kv bench -h)"),
+        ("stress", "random operations checked against a dict (uringkit kv stress -h)"),
     ):
         mine = [ln for ln in EXAMPLES.splitlines() if ln.startswith(f"  uringkit kv {name} ")]
         p = sub.add_parser(
@@ -88,7 +95,7 @@ def main(argv: list[str]) -> int:
             epilog="\n".join(["examples:", *mine, "", EXAMPLES.split("\n\n", 1)[1]]),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        if name == "bench":
+        if name in ("bench", "stress"):
             continue
         p.add_argument(
             "path",
