@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import errno
+import functools
 import itertools
 import os
 import random
@@ -36,15 +38,17 @@ import shutil
 import threading
 import warnings
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import DB, AsyncDB
 from . import open as kv_open
 from . import open_async as kv_open_async
+
+T = TypeVar("T")
 
 __all__ = ["CONFIGS", "Config", "Mismatch", "Report", "run"]
 
@@ -173,20 +177,24 @@ _Call = tuple[str, tuple[Any, ...], Any]
 _ANY = object()
 
 
-def _worker_plan(r: random.Random, prefix: bytes, m: dict[bytes, bytes], n: int) -> Iterator[_Call]:
+def _worker_plan(
+    r: random.Random, prefix: bytes, m: dict[bytes, bytes], n: int
+) -> Generator[_Call, bool, None]:
     """`n` calls of one concurrent worker on keys of its own (`prefix`), its model `m`
-    updated as it goes: whatever the other workers do meanwhile, each answer is known."""
+    updated as it goes: whatever the other workers do meanwhile, each answer is known.
+    The driver sends back whether each call was carried out (False: it failed on a full
+    disk, and changed nothing)."""
     keys = [prefix + b"%d" % i for i in range(40)]
     for _ in range(n):
         x = r.random()
         k = r.choice(keys)
         if x < 0.4:
             v = _gen_value(r, big=0.005)
-            yield ("put", (k, v), None)
-            m[k] = v
+            if (yield ("put", (k, v), None)):
+                m[k] = v
         elif x < 0.55:
-            yield ("delete", (k,), k in m)
-            m.pop(k, None)
+            if (yield ("delete", (k,), k in m)):
+                m.pop(k, None)
         elif x < 0.8:
             yield ("get", (k,), m.get(k))
         elif x < 0.9:
@@ -197,17 +205,23 @@ def _worker_plan(r: random.Random, prefix: bytes, m: dict[bytes, bytes], n: int)
                 (r.choice(keys), None if r.random() < 0.3 else _gen_value(r, 0))
                 for _ in range(r.randint(1, 12))
             ]
-            yield ("write", (ops,), None)
-            for q, w in ops:
-                if w is None:
-                    m.pop(q, None)
-                else:
-                    m[q] = w
+            if (yield ("write", (ops,), None)):
+                for q, w in ops:
+                    if w is None:
+                        m.pop(q, None)
+                    else:
+                        m[q] = w
+
+
+_Plan = Generator[_Call, bool, None]
 
 
 class _Run:
-    def __init__(self, path: Path, config: Config, seed: int, trace: int) -> None:
+    def __init__(
+        self, path: Path, config: Config, seed: int, trace: int, full: bool = False
+    ) -> None:
         self.path = path
+        self.full = full  # a small filesystem: writes may fail with ENOSPC
         self.config = config
         self.seed = seed
         self.rng = random.Random(seed)
@@ -260,6 +274,22 @@ class _Run:
         return v
 
     # -- checks -----------------------------------------------------------------------
+    def full_disk(self, e: BaseException) -> bool:
+        """Whether `e` is a full disk the run allows (then what raised it changed
+        nothing: the model stays as it was, and the next reads check that)."""
+        return self.full and isinstance(e, OSError) and e.errno == errno.ENOSPC
+
+    def writes(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """(True, fn()) — or (False, None) when it failed on a full disk."""
+        try:
+            return True, fn()
+        except OSError as e:
+            if not self.full_disk(e):
+                raise
+            self.trace.append("  -> ENOSPC")
+            self.report.ops["enospc"] += 1
+            return False, None
+
     def fail(self, what: str) -> Mismatch:
         ops = "\n  ".join(self.trace)
         return Mismatch(
@@ -290,14 +320,16 @@ class _Run:
     def op_put(self) -> None:
         k, v = self._key(), self._value()
         self.trace.append(f"put {_short(k)} ({len(v)} B)")
-        self.db.put(k, self._as_given(v))
-        self.model[k] = v
+        if self.writes(lambda: self.db.put(k, self._as_given(v)))[0]:
+            self.model[k] = v
 
     def op_delete(self) -> None:
         k = self._key()
         self.trace.append(f"delete {_short(k)}")
-        self.expect(self.db.delete(k), k in self.model, f"delete({_short(k)})")
-        self.model.pop(k, None)
+        ok, got = self.writes(lambda: self.db.delete(k))
+        if ok:
+            self.expect(got, k in self.model, f"delete({_short(k)})")
+            self.model.pop(k, None)
 
     def op_get(self) -> None:
         k = self._key()
@@ -333,7 +365,8 @@ class _Run:
         ops = self._ops()
         abandon = self.rng.random() < 0.15
         self.trace.append(f"batch of {len(ops)}{' (abandoned)' if abandon else ''}")
-        try:
+
+        def commit() -> None:
             with self.db.batch() as b:
                 for k, v in ops:
                     if v is None:
@@ -342,15 +375,19 @@ class _Run:
                         b.put(k, self._as_given(v))
                 if abandon:
                     raise _Abandon
+
+        try:
+            if self.writes(commit)[0]:
+                self._apply(ops)
         except _Abandon:
             return
-        self._apply(ops)
 
     def op_write(self) -> None:
         ops = self._ops()
         self.trace.append(f"write of {len(ops)}")
-        self.db.write([(k, v if v is None else self._as_given(v)) for k, v in ops])
-        self._apply(ops)
+        given = [(k, v if v is None else self._as_given(v)) for k, v in ops]
+        if self.writes(lambda: self.db.write(given))[0]:
+            self._apply(ops)
 
     def _bounds(self) -> dict[str, bytes]:
         r = self.rng
@@ -376,9 +413,11 @@ class _Run:
         b = self._bounds()
         gone = self._within(self.model, b)
         self.trace.append(f"delete_range {_short(b)}")
-        self.expect(self.db.delete_range(**b), len(gone), f"delete_range({_short(b)})")
-        for k in gone:
-            del self.model[k]
+        ok, n = self.writes(lambda: self.db.delete_range(**b))
+        if ok:
+            self.expect(n, len(gone), f"delete_range({_short(b)})")
+            for k in gone:
+                del self.model[k]
 
     def op_iterator(self) -> None:
         b = self._bounds()
@@ -392,6 +431,29 @@ class _Run:
         want: list[Any] = [(k, self.model[k]) for k in want_keys] if with_values else want_keys
         self.expect(got, want, f"iterator({_short(b)}, reverse={reverse})")
 
+    def op_held_iterator(self) -> None:
+        """An iterator taken, writes and a compaction meanwhile, then read on: it shows
+        the store as it was when it was taken (its values read from the records that
+        held them then, kept open through the compaction)."""
+        r = self.rng
+        b = self._bounds()
+        reverse = r.random() < 0.3
+        want_keys = self._within(self.model, b)
+        if reverse:
+            want_keys.reverse()
+        want = [(k, self.model[k]) for k in want_keys]
+        self.trace.append(f"held iterator {_short(b)} reverse={reverse}")
+        it = self.db.iterator(
+            prefix=b.get("prefix"), start=b.get("start"), stop=b.get("stop"), reverse=reverse
+        )
+        got = list(itertools.islice(it, 0 if r.random() < 0.7 else r.randint(1, 5)))
+        for _ in range(r.randint(1, 8)):
+            name = r.choice(("put", "put", "delete", "batch", "write", "delete_range", "compact"))
+            getattr(self, "op_" + name)()
+        got += list(it)
+        self.trace.append("held iterator: read on")
+        self.expect(got, want, f"an iterator ({_short(b)}) read on after writes")
+
     def op_listing(self) -> None:
         self.trace.append("keys/items")
         self.expect(sorted(self.db.keys()), sorted(self.model), "keys()")
@@ -399,7 +461,7 @@ class _Run:
 
     def op_compact(self) -> None:
         self.trace.append("compact")
-        self.db.compact()
+        self.writes(self.db.compact)
 
     def op_sync(self) -> None:
         self.trace.append("sync")
@@ -427,7 +489,9 @@ class _Run:
         cp = self.path.with_name(f"{self.path.name}-checkpoint")
         shutil.rmtree(cp, ignore_errors=True)
         self.trace.append("checkpoint")
-        self.db.checkpoint(cp)
+        if not self.writes(lambda: self.db.checkpoint(cp))[0]:
+            self.expect(cp.exists(), False, "a checkpoint that failed left its directory")
+            return
         copy = self.config.open(cp, read_only=self.rng.random() < 0.5)
         try:
             self.compare_whole(copy, self.model, "the checkpoint")
@@ -457,7 +521,7 @@ class _Run:
             self.seen = dict(self.model)
         self.compare_whole(self.follower, self.seen, "the follower")
 
-    def _workers(self) -> list[tuple[bytes, dict[bytes, bytes], Iterator[_Call]]]:
+    def _workers(self) -> list[tuple[bytes, dict[bytes, bytes], _Plan]]:
         """2–4 workers for a concurrent phase: each its prefix, its part of the model
         (copied) and its calls."""
         r = self.rng
@@ -469,7 +533,7 @@ class _Run:
             out.append((prefix, m, _worker_plan(random.Random(r.getrandbits(64)), prefix, m, n)))
         return out
 
-    def _merge(self, workers: list[tuple[bytes, dict[bytes, bytes], Iterator[_Call]]]) -> None:
+    def _merge(self, workers: list[tuple[bytes, dict[bytes, bytes], _Plan]]) -> None:
         for prefix, m, _ in workers:
             for k in [k for k in self.model if k.startswith(prefix)]:
                 del self.model[k]
@@ -488,13 +552,18 @@ class _Run:
         self.trace.append(f"{len(workers)} threads{' + compact' if compact else ''}")
         errors: list[str] = []
 
-        def drive(who: int, calls: Iterator[_Call]) -> None:
+        def drive(who: int, calls: _Plan) -> None:
             try:
-                for name, args, want in calls:
-                    got = getattr(self.db, name)(*args)
-                    if want is not _ANY and got != want:
+                done = None
+                while True:
+                    name, args, want = calls.send(done) if done is not None else next(calls)
+                    ok, got = self.writes(functools.partial(getattr(self.db, name), *args))
+                    if ok and want is not _ANY and got != want:
                         errors.append(self._wrong(who, name, args, got, want))
                         return
+                    done = ok
+            except StopIteration:
+                pass
             except BaseException as e:  # noqa: BLE001 (reported by the main thread)
                 errors.append(f"worker {who}: {type(e).__name__}: {e}")
 
@@ -503,7 +572,7 @@ class _Run:
             t.start()
         try:
             if compact:
-                self.db.compact()
+                self.writes(self.db.compact)
             for _ in range(20):
                 self.op_get()
         finally:
@@ -512,6 +581,13 @@ class _Run:
         if errors:
             raise self.fail("; ".join(errors))
         self._merge(workers)
+
+    async def _async_compact(self, db: AsyncDB) -> None:
+        try:
+            await db.compact()
+        except OSError as e:
+            if not self.full_disk(e):
+                raise
 
     def op_tasks(self) -> None:
         """The store closed and opened with the async API (`kv.open_async`); workers as
@@ -522,12 +598,24 @@ class _Run:
         self.trace.append(f"{len(workers)} tasks{' + compact' if compact else ''}")
         errors: list[str] = []
 
-        async def drive(db: AsyncDB, who: int, calls: Iterator[_Call]) -> None:
-            for name, args, want in calls:
-                got = await getattr(db, name)(*args)
-                if want is not _ANY and got != want:
+        async def drive(db: AsyncDB, who: int, calls: _Plan) -> None:
+            done = None
+            while True:
+                try:
+                    name, args, want = calls.send(done) if done is not None else next(calls)
+                except StopIteration:
+                    return
+                try:
+                    got, ok = await getattr(db, name)(*args), True
+                except OSError as e:
+                    if not self.full_disk(e):
+                        raise
+                    got, ok = None, False
+                    self.report.ops["enospc"] += 1
+                if ok and want is not _ANY and got != want:
                     errors.append(self._wrong(who, name, args, got, want))
                     return
+                done = ok
 
         async def phase() -> None:
             async with kv_open_async(self.path, **self.config.kwargs()) as db:
@@ -535,7 +623,7 @@ class _Run:
                     drive(db, i, w[2]) for i, w in enumerate(workers)
                 ]
                 if compact:
-                    jobs.append(db.compact())
+                    jobs.append(self._async_compact(db))
                 await asyncio.gather(*jobs)
                 self.report.auto_compactions += (await db.stats())["auto_compactions"]
 
@@ -593,6 +681,7 @@ _WEIGHTS: tuple[tuple[str, int], ...] = (
     ("write", 4),
     ("delete_range", 1),
     ("iterator", 3),
+    ("held_iterator", 1),
     ("listing", 1),
     ("compact", 1),
     ("sync", 1),
@@ -626,17 +715,20 @@ def run(
     *,
     trace: int = 30,
     until: Callable[[int], bool] | None = None,
+    full_disk: bool = False,
 ) -> Report:
     """`steps` random operations (or until `until(step)` is true) on a new store at
     `path` (removed first if it exists) opened as `config` says, each checked against
     the model; then the end checks. Raises Mismatch on the first disagreement (its
     message ends with the last `trace` operations). Torn-tail and similar warnings are
-    errors here: nothing in such a run may lose data."""
+    errors here: nothing in such a run may lose data. `full_disk`: `path` is on a small
+    filesystem, and a write, a compaction or a checkpoint may fail with ENOSPC — which
+    must then have changed nothing (a put not there, a batch not in part)."""
     p = Path(path)
     shutil.rmtree(p, ignore_errors=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        r = _Run(p, config, seed, trace)
+        r = _Run(p, config, seed, trace, full_disk)
         try:
             while (until is None and r.step < steps) or (until is not None and not until(r.step)):
                 r.step_once()

@@ -282,14 +282,19 @@ impl Appender {
     pub fn set_fd(&mut self, fd: i32) -> io::Result<()> {
         if let Some(d) = self.direct.as_mut() {
             let nd = Direct::open(fd)?;
+            if let Some((ring, _)) = &self.ring {
+                if let Err(e) = ring.submitter().register_files_update(0, &[nd]) {
+                    // (all or nothing: the appender still writes the old segment)
+                    // SAFETY: nd was opened above and is used by nothing else.
+                    unsafe { libc::close(nd) };
+                    return Err(e);
+                }
+            }
             // SAFETY: the previous O_DIRECT fd is ours and no write is in flight on it.
             unsafe { libc::close(d.fd) };
             d.fd = nd;
             d.tail_at = 0;
             d.tail.clear();
-            if let Some((ring, _)) = &self.ring {
-                ring.submitter().register_files_update(0, &[nd])?;
-            }
         }
         self.fd = fd;
         self.filled = 0;

@@ -1930,19 +1930,34 @@ impl Store {
         // (from > 0: only the tail after the index snapshot is read, not the whole file)
         // (read ahead only up to the first hole: past it lies what the appender allocated
         // and never wrote, if anything)
+        // The first hole from `from` on. The mapping is never read in a hole: on tmpfs
+        // a read fault there allocates a page, and on a full tmpfs that is SIGBUS
+        // (found by `uringkit kv stress` on a small tmpfs, session 30). Normally only
+        // space allocated ahead and never written follows it (zeros: no record), and
+        // what is mapped ends there; a file with data after a hole (written by
+        // something else, or a bug) is read with pread instead, which reads holes as
+        // zeros, so that the rules below judge it whole, as they always did.
+        let hole = match seek_region(fd, from, libc::SEEK_HOLE) {
+            Ok(Some(h)) => h.min(size),
+            _ => size,
+        };
+        let data_after_hole =
+            hole < size && matches!(seek_region(fd, hole, libc::SEEK_DATA), Ok(Some(d)) if d < size);
         let until = if zeros_end_it {
             from // (few records, if any, follow a live overlay: no read-ahead)
         } else {
-            match seek_region(fd, from, libc::SEEK_HOLE) {
-                Ok(Some(h)) => h.min(size),
-                _ => size,
-            }
+            hole
         };
-        let map = match read_only && newest {
-            true => ReadMap::copied(fd, from as usize, until as usize),
-            false => ReadMap::new(fd, size as usize, from as usize, until as usize)?,
+        let map = match (read_only && newest, data_after_hole) {
+            (_, true) => ReadMap::copied(fd, from as usize, size as usize),
+            (true, false) => ReadMap::copied(fd, from as usize, until as usize),
+            (false, false) => ReadMap::new(fd, size as usize, from as usize, until as usize)?,
         };
         let data: &[u8] = map.bytes();
+        let data = match data_after_hole {
+            true => data,
+            false => &data[..data.len().min(hole as usize)],
+        };
         let mut off = from as usize;
         let mut max_seq = 0u64;
         // (record offset, kind, val_len, seq, record size, key length): keys stay in the map
@@ -2691,18 +2706,23 @@ impl Store {
             }
         };
         drop(c);
-        let res = self.write_group(&group, &mut app, off, sync);
+        let mut new_off = off;
+        let res = self.write_group(&group, &mut app, &mut new_off, sync);
         let mut c = self.commit.lock().expect("commit");
         c.appender = Some(app);
         let first = group.first().map(|g| g.ticket).unwrap_or(ticket);
         let last = group.last().map(|g| g.ticket).unwrap_or(ticket);
+        // (also when the write failed: after a roll the next group goes to the new
+        // segment's start — before session 30 it went on at the old segment's length,
+        // leaving a hole in front of it that a reopen read as a torn tail, dropping what
+        // followed; found by `uringkit kv stress` on a full disk)
+        c.write_off = new_off;
+        self.flushed.store(new_off, Ordering::Release);
         match res {
-            Ok(new_off) => {
+            Ok(()) => {
                 if sync {
                     self.group_commits.fetch_add(1, Ordering::Relaxed);
                 }
-                c.write_off = new_off;
-                self.flushed.store(new_off, Ordering::Release);
                 if sync {
                     c.unsynced = 0;
                     c.last_sync = now;
@@ -3355,14 +3375,18 @@ impl Store {
         }
     }
 
-    /// Write a group to the active segment (rolling it when full), then index it.
+    /// Write a group to the active segment at `*off` (rolling it when full: `*off`
+    /// becomes 0, in the new segment), then index it; `*off` ends where the next group
+    /// goes — after this one, or where this one began if it failed (the file cut back
+    /// there).
     fn write_group(
         &self,
         group: &[Pending],
         app: &mut Appender,
-        mut off: u64,
+        off_io: &mut u64,
         sync: bool,
-    ) -> io::Result<u64> {
+    ) -> io::Result<()> {
+        let mut off = *off_io;
         let total: u64 = group.iter().map(|g| g.bytes.len() as u64).sum();
         let (mut seg_id, mut seg) = {
             let st = self.state.read().expect("state");
@@ -3373,6 +3397,7 @@ impl Store {
             seg_id = id;
             seg = s;
             off = 0;
+            *off_io = 0;
         }
         let mut buf = Vec::with_capacity(total as usize);
         for g in group {
@@ -3402,19 +3427,32 @@ impl Store {
         }
         Self::settle_overlay(&mut st, base);
         seg.size.store(off + total, Ordering::Relaxed);
-        Ok(off + total)
+        *off_io = off + total;
+        Ok(())
     }
 
-    /// Start a new active segment (the old one becomes immutable).
+    /// Start a new active segment (the old one becomes immutable). What can fail —
+    /// making the file, syncing the directory, pointing the appender at it — happens
+    /// before the store switches to it: an error leaves the old segment active (sealed:
+    /// its zero tail cut, which the appender allocates again), so the caller's offset
+    /// in it stays right, and no new file behind.
     fn roll(&self, app: &mut Appender, seal_at: u64) -> io::Result<(u32, Arc<Segment>)> {
         app.seal(seal_at);
+        let id = {
+            let mut st = self.state.write().expect("state");
+            st.next_id += 1;
+            st.next_id - 1
+        };
+        let path = self.dir.join(seg_name(id));
+        let fd = open_fd(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL)?;
+        if let Err(e) = fsync_dir(&self.dir).and_then(|()| app.set_fd(fd)) {
+            // SAFETY: fd was opened above and is used by nothing else (set_fd changes
+            // nothing when it fails).
+            unsafe { libc::close(fd) };
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         let mut st = self.state.write().expect("state");
-        let id = st.next_id;
-        st.next_id += 1;
-        let fd = open_fd(
-            &self.dir.join(seg_name(id)),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
-        )?;
         let seg = if self.opts.direct {
             // The sealed segment's mirror goes (when its last reader lets go): from now
             // on it is read through a plain file mapping — nothing writes it any more.
@@ -3440,8 +3478,6 @@ impl Store {
         st.segs.insert(id, seg.clone());
         st.active = id;
         drop(st);
-        fsync_dir(&self.dir)?;
-        app.set_fd(fd)?;
         if self.active_kind != ActiveKind::Plain {
             app.set_active(Some(seg.clone()));
         }
@@ -4516,9 +4552,9 @@ impl Store {
             let mut app = c.appender.take().expect("appender");
             let r = self.roll(&mut app, seal_at);
             c.appender = Some(app);
+            r?; // (a failed roll changed nothing: the old segment is still the active one)
             c.write_off = 0;
             self.flushed.store(0, Ordering::Release);
-            r?;
         }
         let (old, segs, whole) = {
             let st = self.state.read().expect("state");
