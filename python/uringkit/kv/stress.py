@@ -478,10 +478,13 @@ class _Run:
             cfg = replace(self.config, overlay=not self.config.overlay)
         else:
             cfg = self.config
-        self.trace.append(f"reopen [{cfg.name()}]")
+        # now and then with repair=True: every record read again, neither INDEX nor hint
+        # files trusted — on an undamaged store, the same contents
+        repair = r.random() < 0.05
+        self.trace.append(f"reopen [{cfg.name()}]{' repair=True' if repair else ''}")
         self.report.auto_compactions += self.db.stats()["auto_compactions"]
         self.db.close()
-        self.db = cfg.open(self.path)
+        self.db = cfg.open(self.path, repair=repair)
         self.opened = cfg
         self.compare_whole(self.db, self.model, "after reopening")
 
@@ -514,11 +517,23 @@ class _Run:
             self.expect(self.follower.get(k), self.seen.get(k), f"follower get({_short(k)})")
             self.expect(len(self.follower), len(self.seen), "follower len")
             return
-        else:
+        elif self.rng.random() < 0.8:
             self.trace.append("follower: sync + refresh")
             self.db.sync()
             self.follower.refresh()
             self.seen = dict(self.model)
+        else:
+            # a backup taken from the follower: the store as the follower sees it
+            self.trace.append("follower: checkpoint")
+            cp = self.path.with_name(f"{self.path.name}-follower-checkpoint")
+            shutil.rmtree(cp, ignore_errors=True)
+            if self.writes(lambda: self.follower.checkpoint(cp) if self.follower else None)[0]:
+                copy = self.config.open(cp, read_only=True)
+                try:
+                    self.compare_whole(copy, self.seen, "the follower's checkpoint")
+                finally:
+                    copy.close()
+                    shutil.rmtree(cp, ignore_errors=True)
         self.compare_whole(self.follower, self.seen, "the follower")
 
     def _workers(self) -> list[tuple[bytes, dict[bytes, bytes], _Plan]]:
