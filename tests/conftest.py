@@ -255,3 +255,30 @@ def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
         yield small
     finally:
         umount(small)
+
+
+@pytest.fixture
+def small_ext4(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB ext4 filesystem on a loop device (disk-full tests where O_DIRECT,
+    fallocate and delayed allocation behave as on a disk, not as on tmpfs); skipped
+    where mkfs.ext4 or loop mounts are not available."""
+    import shutil
+    import subprocess
+
+    if shutil.which("mkfs.ext4") is None:
+        pytest.skip("no mkfs.ext4 here (Debian: e2fsprogs)")
+    img = tmp_path / "ext4.img"
+    with open(img, "wb") as f:
+        f.truncate(4 << 20)
+    mkfs = subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], capture_output=True, text=True)
+    if mkfs.returncode != 0:
+        pytest.skip(f"mkfs.ext4 failed: {mkfs.stderr.strip()}")
+    mnt = tmp_path / "ext4"
+    mnt.mkdir()
+    m = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image here: {m.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        umount(mnt)

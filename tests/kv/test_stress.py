@@ -50,6 +50,19 @@ def test_random_operations_on_a_full_disk(small_fs: Path, name: str) -> None:
     assert failed > 0  # the disk did fill up
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["none", "sync-direct", "sync-pwrite"])
+def test_random_operations_on_a_full_ext4(small_ext4: Path, name: str) -> None:
+    """The same on a 4 MiB ext4 filesystem (a loop device): O_DIRECT appends, fallocate
+    and ext4's own ENOSPC (at the write, from its block reservations) on a full disk."""
+    failed = 0
+    for seed in (0, 1):
+        rep = run(small_ext4 / "store", CONFIGS[name], seed=seed, steps=1000, full_disk=True)
+        assert rep.steps == 1000 and rep.keys > 0
+        failed += rep.ops["enospc"]
+    assert failed > 0
+
+
 def test_a_wrong_answer_is_reported_with_its_trace(tmp_path: Path) -> None:
     """The checker is not blind: a store changed behind the model's back is caught, and
     the report names the seed, the step and the operations before it."""
