@@ -492,3 +492,46 @@ def test_concurrent_reads_get_consecutive_pieces(tmp_path: Path, run: Any) -> No
     got = run(go)
     assert b"".join(got) == data[: len(b"".join(got))]
     assert sum(map(len, got)) == min(len(data), 30 * 40_000)
+
+
+def test_reads_of_a_file_not_in_the_page_cache(tmp_path: Path, run: Any) -> None:
+    """Every way to read gets the data of a file evicted from the page cache — where the
+    inline RWF_NOWAIT attempt is refused (EAGAIN) and the read goes to the ring. (Until
+    session 30 readinto took that EAGAIN for the end of the file and returned 0; found
+    by tests/aio/test_files_random.py.)"""
+    p = tmp_path / "cold"
+    data = os.urandom(1 << 20)
+    p.write_bytes(data)
+
+    def evict() -> None:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+    async def reads() -> list[bytes]:
+        out: list[bytes] = []
+        for how in ("readinto", "read", "readline", "read_at", "readinto_at"):
+            evict()
+            async with aio.open(p, "rb") as f:
+                await f.seek(300_000)
+                if how == "readinto":
+                    b = bytearray(100_000)
+                    out.append(bytes(b[: await f.readinto(b)]))
+                elif how == "read":
+                    out.append(await f.read(100_000))
+                elif how == "readline":
+                    out.append(await f.readline(100_000))
+                elif how == "read_at":
+                    out.append(await f.read_at(100_000, 300_000))
+                else:
+                    b = bytearray(100_000)
+                    out.append(bytes(b[: await f.readinto_at(b, 300_000)]))
+        return out
+
+    want = data[300_000:400_000]
+    got = run(reads)
+    assert got[0] == want and got[1] == want and got[3] == want and got[4] == want
+    assert got[2] == want[: want.find(b"\n") + 1 or 100_000]

@@ -610,9 +610,11 @@ class RingBackend:
         if nowait and RWF_NOWAIT and total:
             try:
                 done = os.preadv(fd, [mv], offset, RWF_NOWAIT)
-            except BlockingIOError:
-                done = 0
             except OSError as e:
+                # EAGAIN (BlockingIOError): not in the page cache — the ring reads it.
+                # (Until session 30 EAGAIN was taken as 0 bytes, i.e. the end of the file:
+                # readinto() on a cold file returned 0. Found by
+                # tests/aio/test_files_random.py.)
                 if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.EAGAIN):
                     raise
                 done = -1

@@ -366,6 +366,8 @@ class AsyncFile(_Lines[bytes]):
         return True
 
     async def readline(self, size: int | None = -1) -> bytes:
+        if size == 0:
+            return b""  # (as io.IOBase.readline: before any check, even on a closed file)
         self._check("r")
         if self._wbuf:
             await self._flush_w()
@@ -393,8 +395,12 @@ class AsyncFile(_Lines[bytes]):
         if isinstance(b, str):
             raise TypeError(f"a bytes-like object is required, not '{type(b).__name__}'")
         mv = memoryview(b).cast("B")
-        self._drop_buf()
         n = len(mv)
+        if n == 0:
+            # nothing to write: the position stays — also in append mode, where the
+            # kernel moves it to the end only for a write that writes something
+            return 0
+        self._drop_buf()
         if n < self._wsize:
             if len(self._wbuf) + n > self._wsize:
                 await self._flush_w()
@@ -795,6 +801,8 @@ class AsyncTextFile(_Lines[str]):
 
     async def read(self, size: int | None = -1) -> str:
         self.buffer._check("r")
+        if size == 0:
+            return ""  # (as io.TextIOWrapper: nothing read, nothing decoded)
         if size is None or size < 0:
             while await self._more() and not self._eof:
                 pass
@@ -868,6 +876,10 @@ class AsyncTextFile(_Lines[str]):
 
     async def tell(self) -> int:
         self.buffer._check()
+        if self.buffer._wbuf:
+            # as io.TextIOWrapper.tell(), which flushes first: in append mode the
+            # position is then where the writes went, the end of the file
+            await self.buffer._flush_w()
         pending = self._decoder.getstate()[0]
         return (
             (await self.buffer.tell())
