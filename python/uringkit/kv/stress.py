@@ -527,7 +527,8 @@ class _Run:
             self.trace.append("follower: checkpoint")
             cp = self.path.with_name(f"{self.path.name}-follower-checkpoint")
             shutil.rmtree(cp, ignore_errors=True)
-            if self.writes(lambda: self.follower.checkpoint(cp) if self.follower else None)[0]:
+            follower = self.follower
+            if self.writes(lambda: follower.checkpoint(cp))[0]:
                 copy = self.config.open(cp, read_only=True)
                 try:
                     self.compare_whole(copy, self.seen, "the follower's checkpoint")
@@ -774,6 +775,7 @@ EXAMPLES = (
   uringkit kv stress --seconds 600 --dir /data/tmp    # ten minutes, on that disk
   uringkit kv stress --config sync-lz4 --seed 42 --steps 20000
   uringkit kv stress --json > stress.json
+  uringkit kv stress --full-disk 2m --seconds 120      # on a tmpfs it fills (root)
 
 configurations (how the store is opened; all of them in turn by default):
 """
@@ -822,20 +824,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--dir", default=tempfile.gettempdir(), help="where the stores go (default: $TMPDIR)"
     )
+    ap.add_argument(
+        "--full-disk",
+        metavar="SIZE",
+        help="run on a tmpfs of this size (e.g. 2m) that the runs fill up: writes, "
+        "compactions and checkpoints that fail with ENOSPC must change nothing "
+        "(mounts it: needs root; O_DIRECT configurations are skipped)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per run on stdout")
     a = ap.parse_args(argv)
     if a.steps < 1 or a.seconds <= 0:
         ap.error("--steps and --seconds must be positive")
     con = Console(stderr=a.json)
     names = a.config or list(CONFIGS)
-    if not direct_supported(a.dir):
+    work = Path(tempfile.mkdtemp(prefix="xkv-stress-", dir=a.dir))
+    if a.full_disk:
+        import subprocess
+
+        m = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={a.full_disk}", "tmpfs", str(work)],
+            capture_output=True,
+            text=True,
+        )
+        if m.returncode != 0:
+            work.rmdir()
+            con.print(
+                f"[red]--full-disk: cannot mount a {a.full_disk} tmpfs: "
+                f"{m.stderr.strip() or m.returncode}[/] (it needs root)"
+            )
+            return 2
+    if not direct_supported(work):
         skipped = [n for n in names if CONFIGS[n].direct]
         names = [n for n in names if not CONFIGS[n].direct]
         if skipped:
-            con.print(f"[yellow]no O_DIRECT in {a.dir}: skipping {', '.join(skipped)}[/]")
+            con.print(f"[yellow]no O_DIRECT in {work}: skipping {', '.join(skipped)}[/]")
         if not names:
+            _unmount(work, bool(a.full_disk))
             return 2
-    work = Path(tempfile.mkdtemp(prefix="xkv-stress-", dir=a.dir))
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(10**6)
     end = time.monotonic() + a.seconds
     runs = 0
@@ -849,13 +874,16 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             with con.status(f"{name}, seed {seed}…"):
                 try:
-                    rep = run(work / "store", CONFIGS[name], seed, a.steps)
+                    rep = run(
+                        work / "store", CONFIGS[name], seed, a.steps, full_disk=bool(a.full_disk)
+                    )
                 except Mismatch as e:
                     con.print("[bold red]MISMATCH[/]", end=" ")
                     con.print(str(e), markup=False, highlight=False)
+                    full = f" --full-disk {a.full_disk}" if a.full_disk else ""
                     con.print(
                         f"replay: uringkit kv stress --config {name} --seed {seed} "
-                        f"--steps {a.steps}",
+                        f"--steps {a.steps}{full}",
                         markup=False,
                     )
                     return 1
@@ -865,6 +893,7 @@ def main(argv: list[str] | None = None) -> int:
                 doc = {
                     "config": name,
                     "seed": seed,
+                    "full_disk": a.full_disk,
                     "steps": rep.steps,
                     "keys": rep.keys,
                     "auto_compactions": rep.auto_compactions,
@@ -874,13 +903,30 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.write(json.dumps(doc) + "\n")
                 sys.stdout.flush()
             else:
+                full = f", {rep.ops['enospc']} ENOSPC" if a.full_disk else ""
                 con.print(
                     f"[green]ok[/] {name:15} seed {seed:<7} {rep.steps} steps in {dt:5.1f} s, "
-                    f"{rep.keys} keys, {rep.auto_compactions} background compactions"
+                    f"{rep.keys} keys, {rep.auto_compactions} background compactions{full}"
                 )
             if a.seed is None and n % len(names) == len(names) - 1:
                 seed += 1
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _unmount(work, bool(a.full_disk))
     con.print(f"{runs} runs, no mismatch")
     return 0
+
+
+def _unmount(work: Path, mounted: bool) -> None:
+    """Remove the run's directory (unmounting its tmpfs first, when it is one)."""
+    if mounted:
+        import subprocess
+        import time
+
+        # (a closed ring drops its files asynchronously: the mount may be busy a moment)
+        for _ in range(50):
+            if subprocess.run(["umount", str(work)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.05)
+        else:
+            subprocess.run(["umount", "-l", str(work)], capture_output=True)
+    shutil.rmtree(work, ignore_errors=True)

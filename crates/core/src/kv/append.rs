@@ -432,43 +432,56 @@ impl Appender {
                 buf[n..].fill(0);
                 staging.as_ptr()
             };
-            let res = match self.ring.as_mut() {
-                Some((ring, _)) => {
-                    // (fixed file 0 is d.fd: registered at setup and on each set_fd)
-                    let w = opcode::WriteFixed::new(types::Fixed(0), ptr, padded as u32, 0)
-                        .offset(at)
-                        .build()
-                        .user_data(3);
-                    // SAFETY: the entry points into the registered staging buffer, which
-                    // is not touched until the completion is reaped below.
-                    unsafe { ring.submission().push(&w).map_err(io::Error::other)? };
-                    self.syscalls += 1;
-                    ring.submit_and_wait(1)?;
-                    let c = ring.completion().next();
-                    c.map(|c| c.result() as isize)
-                        .unwrap_or(-libc::EIO as isize)
-                }
-                None => {
-                    self.syscalls += 1;
-                    // SAFETY: ptr/padded describe the aligned staging buffer.
-                    unsafe { libc::pwrite(d.fd, ptr.cast(), padded as usize, at as i64) }
-                }
-            };
-            if res < 0 {
-                let e = if self.ring.is_some() {
-                    io::Error::from_raw_os_error(-res as i32)
-                } else {
-                    io::Error::last_os_error()
+            // A short write (the disk filled up part of the way) is resubmitted for the
+            // rest, still block-aligned: what stops it then says why (ENOSPC), where
+            // "short write" said nothing a caller could act on.
+            let mut done = 0u64;
+            while done < padded {
+                // SAFETY: done < padded <= STAGING: inside the staging buffer.
+                let p = unsafe { ptr.add(done as usize) };
+                let len = padded - done;
+                let res = match self.ring.as_mut() {
+                    Some((ring, _)) => {
+                        // (fixed file 0 is d.fd: registered at setup and on each set_fd)
+                        let w = opcode::WriteFixed::new(types::Fixed(0), p, len as u32, 0)
+                            .offset(at + done)
+                            .build()
+                            .user_data(3);
+                        // SAFETY: the entry points into the registered staging buffer,
+                        // which is not touched until the completion is reaped below.
+                        unsafe { ring.submission().push(&w).map_err(io::Error::other)? };
+                        self.syscalls += 1;
+                        ring.submit_and_wait(1)?;
+                        let c = ring.completion().next();
+                        c.map(|c| c.result() as isize)
+                            .unwrap_or(-libc::EIO as isize)
+                    }
+                    None => {
+                        self.syscalls += 1;
+                        // SAFETY: p/len describe the rest of the aligned staging buffer.
+                        unsafe { libc::pwrite(d.fd, p.cast(), len as usize, (at + done) as i64) }
+                    }
                 };
-                d.tail_at = u64::MAX; // unknown now: read back before the next append
-                return Err(e);
-            }
-            if (res as u64) < padded {
-                d.tail_at = u64::MAX;
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!("short O_DIRECT write ({res} of {padded} bytes)"),
-                ));
+                if res < 0 {
+                    let e = if self.ring.is_some() {
+                        io::Error::from_raw_os_error(-res as i32)
+                    } else {
+                        io::Error::last_os_error()
+                    };
+                    d.tail_at = u64::MAX; // unknown now: read back before the next append
+                    return Err(e);
+                }
+                if res == 0 || !(res as u64).is_multiple_of(BLOCK) {
+                    d.tail_at = u64::MAX;
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!(
+                            "short O_DIRECT write ({} of {padded} bytes)",
+                            done + res as u64
+                        ),
+                    ));
+                }
+                done += res as u64;
             }
             pos += n;
         }

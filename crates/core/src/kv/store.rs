@@ -1941,8 +1941,8 @@ impl Store {
             Ok(Some(h)) => h.min(size),
             _ => size,
         };
-        let data_after_hole =
-            hole < size && matches!(seek_region(fd, hole, libc::SEEK_DATA), Ok(Some(d)) if d < size);
+        let data_after_hole = hole < size
+            && matches!(seek_region(fd, hole, libc::SEEK_DATA), Ok(Some(d)) if d < size);
         let until = if zeros_end_it {
             from // (few records, if any, follow a live overlay: no read-ahead)
         } else {
@@ -2973,21 +2973,23 @@ impl Store {
         let inf = c.inflight.take().expect("finish_async without lead_async");
         let total: u64 = inf.group.iter().map(|g| g.bytes.len() as u64).sum();
         let direct_data = std::mem::take(&mut c.inflight_data);
+        let short_direct = self.opts.direct && wrote >= 0 && (wrote as u64) < inf.write_len;
         let mut res = if wrote < 0 {
             Err(io::Error::from_raw_os_error(-wrote as i32))
         } else if synced < 0 && wrote as u64 >= inf.write_len {
             Err(io::Error::from_raw_os_error(-synced))
-        } else if self.opts.direct && (wrote as u64) < inf.write_len {
-            Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short O_DIRECT write ({wrote} of {} bytes)", inf.write_len),
-            ))
         } else {
             Ok(())
         };
         if self.opts.direct {
             let app = c.appender.as_mut().expect("appender");
-            app.direct_finished(&direct_data, inf.off, res.is_ok());
+            app.direct_finished(&direct_data, inf.off, res.is_ok() && !short_direct);
+            if short_direct {
+                // The disk filled up part of the way (its linked fdatasync was
+                // cancelled): write the group again here, where a short write is
+                // resubmitted for the rest — it lands, or fails saying why (ENOSPC).
+                res = app.append(&direct_data, inf.off, true);
+            }
         } else if res.is_ok() && (wrote as u64) < total {
             // a short write (its linked fdatasync was cancelled): finish it here
             let mut rest = Vec::new();
