@@ -197,15 +197,27 @@ def _worker_plan(
                 m.pop(k, None)
         elif x < 0.8:
             yield ("get", (k,), m.get(k))
-        elif x < 0.9:
+        elif x < 0.88:
             ks = [r.choice(keys) for _ in range(r.randint(1, 30))]
             yield ("multi_get", (ks,), [m.get(q) for q in ks])
+        elif x < 0.91:
+            # its keys in order, from an iterator (a snapshot, whatever the others do)
+            yield ("listing", (prefix,), sorted(m.items()))
+        elif x < 0.93:
+            # delete_range of the keys starting with one digit: one atomic batch
+            sub = prefix + b"%d" % r.randrange(10)
+            gone = [q for q in m if q.startswith(sub)]
+            if (yield ("delete_prefix", (sub,), len(gone))):
+                for q in gone:
+                    del m[q]
         else:
             ops = [
                 (r.choice(keys), None if r.random() < 0.3 else _gen_value(r, 0))
                 for _ in range(r.randint(1, 12))
             ]
-            if (yield ("write", (ops,), None)):
+            # (write(ops), or the batch API: a `with db.batch()` / `await db.batch(ops)`)
+            how = "write" if r.random() < 0.5 else "batch"
+            if (yield (how, (ops,), None)):
                 for q, w in ops:
                     if w is None:
                         m.pop(q, None)
@@ -214,6 +226,42 @@ def _worker_plan(
 
 
 _Plan = Generator[_Call, bool, None]
+
+
+def _sync_call(db: DB, name: str, args: tuple[Any, ...]) -> Any:
+    """A worker's call on the blocking API."""
+    if name == "listing":
+        return list(db.iterator(prefix=args[0]))
+    if name == "delete_prefix":
+        return db.delete_range(prefix=args[0])
+    if name == "batch":
+        with db.batch() as b:
+            for k, v in args[0]:
+                if v is None:
+                    b.delete(k)
+                else:
+                    b.put(k, v)
+        return None
+    return getattr(db, name)(*args)
+
+
+async def _async_call(db: AsyncDB, name: str, args: tuple[Any, ...]) -> Any:
+    """A worker's call on the async API."""
+    if name == "listing":
+        return [kv async for kv in db.iterator(prefix=args[0])]
+    if name == "delete_prefix":
+        return await db.delete_range(prefix=args[0])
+    if name == "batch":
+        if len(args[0]) % 2:
+            async with db.batch() as b:
+                for k, v in args[0]:
+                    if v is None:
+                        b.delete(k)
+                    else:
+                        b.put(k, v)
+            return None
+        return await db.batch(args[0])
+    return await getattr(db, name)(*args)
 
 
 class _Run:
@@ -573,7 +621,7 @@ class _Run:
                 done = None
                 while True:
                     name, args, want = calls.send(done) if done is not None else next(calls)
-                    ok, got = self.writes(functools.partial(getattr(self.db, name), *args))
+                    ok, got = self.writes(functools.partial(_sync_call, self.db, name, args))
                     if ok and want is not _ANY and got != want:
                         errors.append(self._wrong(who, name, args, got, want))
                         return
@@ -622,7 +670,7 @@ class _Run:
                 except StopIteration:
                     return
                 try:
-                    got, ok = await getattr(db, name)(*args), True
+                    got, ok = await _async_call(db, name, args), True
                 except OSError as e:
                     if not self.full_disk(e):
                         raise
