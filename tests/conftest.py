@@ -239,22 +239,37 @@ def umount(path: Path) -> None:
 def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     """A real 1 MiB tmpfs (for disk-full tests; another size with indirect
     parametrization, e.g. "10m"); skipped where mounting is not allowed."""
-    import subprocess
 
     size = getattr(request, "param", "1m")
     small = tmp_path / "small"
-    small.mkdir()
-    mnt = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(small)],
-        capture_output=True,
-        text=True,
-    )
-    if mnt.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mnt.stderr.strip()}")
-    try:
+    with _mounted(["-t", "tmpfs", "-o", f"size={size}", "tmpfs"], small, "a small tmpfs"):
         yield small
+
+
+@contextlib.contextmanager
+def _mounted(args: list[str], at: Path, what: str) -> Iterator[None]:
+    """`mount ARGS AT` (AT made first) for the block, unmounted after; the test is
+    skipped where mounting is not allowed."""
+    import subprocess
+
+    at.mkdir()
+    m = subprocess.run(["mount", *args, str(at)], capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot mount {what} here: {m.stderr.strip()}")
+    try:
+        yield
     finally:
-        umount(small)
+        umount(at)
+
+
+def evict_file(path: Path) -> None:
+    """Write `path` back and drop it from the page cache (its next reads go to the disk)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 @pytest.fixture
@@ -274,11 +289,5 @@ def small_ext4(tmp_path: Path) -> Iterator[Path]:
     if mkfs.returncode != 0:
         pytest.skip(f"mkfs.ext4 failed: {mkfs.stderr.strip()}")
     mnt = tmp_path / "ext4"
-    mnt.mkdir()
-    m = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, text=True)
-    if m.returncode != 0:
-        pytest.skip(f"cannot loop-mount an ext4 image here: {m.stderr.strip()}")
-    try:
+    with _mounted(["-o", "loop", str(img)], mnt, "an ext4 image on a loop device"):
         yield mnt
-    finally:
-        umount(mnt)

@@ -14,6 +14,8 @@ import pytest
 
 from uringkit import aio
 
+from conftest import evict_file
+
 aiofiles = pytest.importorskip("aiofiles")
 
 BINARY = b"first line\nsecond\r\nthird\rfourth" + bytes(range(256)) * 300 + b"\nlast"
@@ -503,18 +505,10 @@ def test_reads_of_a_file_not_in_the_page_cache(tmp_path: Path, run: Any) -> None
     data = os.urandom(1 << 20)
     p.write_bytes(data)
 
-    def evict() -> None:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
     async def reads() -> list[bytes]:
         out: list[bytes] = []
         for how in ("readinto", "read", "readline", "read_at", "readinto_at"):
-            evict()
+            evict_file(p)
             async with aio.open(p, "rb") as f:
                 await f.seek(300_000)
                 if how == "readinto":

@@ -8,7 +8,6 @@ by a reopen, a read-only follower and a checkpoint; missing, it is named in the 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from uringkit import kv
+
+from conftest import evict_file
 
 
 def _values(n: int) -> dict[bytes, bytes]:
@@ -44,12 +45,7 @@ def _size(p: Path) -> int:
 
 def _drop_cache(p: Path) -> None:
     for f in p.iterdir():
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict_file(f)
 
 
 COMPRESSIONS = ["lz4", "zstd"]

@@ -228,6 +228,15 @@ def _worker_plan(
 _Plan = Generator[_Call, bool, None]
 
 
+def _fill_batch(b: Any, ops: list[tuple[bytes, Any]]) -> None:
+    """Put `ops` — (key, value, or None for a delete) — into the batch `b`."""
+    for k, v in ops:
+        if v is None:
+            b.delete(k)
+        else:
+            b.put(k, v)
+
+
 def _sync_call(db: DB, name: str, args: tuple[Any, ...]) -> Any:
     """A worker's call on the blocking API."""
     if name == "listing":
@@ -236,11 +245,7 @@ def _sync_call(db: DB, name: str, args: tuple[Any, ...]) -> Any:
         return db.delete_range(prefix=args[0])
     if name == "batch":
         with db.batch() as b:
-            for k, v in args[0]:
-                if v is None:
-                    b.delete(k)
-                else:
-                    b.put(k, v)
+            _fill_batch(b, args[0])
         return None
     return getattr(db, name)(*args)
 
@@ -254,11 +259,7 @@ async def _async_call(db: AsyncDB, name: str, args: tuple[Any, ...]) -> Any:
     if name == "batch":
         if len(args[0]) % 2:
             async with db.batch() as b:
-                for k, v in args[0]:
-                    if v is None:
-                        b.delete(k)
-                    else:
-                        b.put(k, v)
+                _fill_batch(b, args[0])
             return None
         return await db.batch(args[0])
     return await getattr(db, name)(*args)
@@ -414,13 +415,11 @@ class _Run:
         abandon = self.rng.random() < 0.15
         self.trace.append(f"batch of {len(ops)}{' (abandoned)' if abandon else ''}")
 
+        given = [(k, v if v is None else self._as_given(v)) for k, v in ops]
+
         def commit() -> None:
             with self.db.batch() as b:
-                for k, v in ops:
-                    if v is None:
-                        b.delete(k)
-                    else:
-                        b.put(k, self._as_given(v))
+                _fill_batch(b, given)
                 if abandon:
                     raise _Abandon
 
