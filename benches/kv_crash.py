@@ -74,6 +74,8 @@ def main() -> int:
         "rounds_with_a_dictionary": sum(r.dictionary for r in rounds),
         "dictionaries_seen": len({d for r in rounds for d in r.dictionaries}),
         "most_dictionaries_at_once": max((len(r.dictionaries) for r in rounds), default=0),
+        "backups_checked": sum(r.backups for r in rounds),
+        "backups_interrupted": sum("interrupted checkpoint" in n for r in rounds for n in r.notes),
         "keys_checked_last_round": rounds[-1].checked_keys if rounds else 0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -87,7 +89,9 @@ def main() -> int:
             f"{summary['reopened_from_overlay']} reopens from the live overlay, "
             f"{summary['rounds_with_a_dictionary']} rounds with a zstd dictionary in the "
             f"store ({summary['dictionaries_seen']} dictionaries in all, at most "
-            f"{summary['most_dictionaries_at_once']} at once): no promise broken "
+            f"{summary['most_dictionaries_at_once']} at once), a checkpoint found whole "
+            f"{summary['backups_checked']} times ({summary['backups_interrupted']} "
+            f"interrupted): no promise broken "
             f"({summary['seconds']} s)"
         )
     return 0

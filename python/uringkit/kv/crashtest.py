@@ -16,8 +16,11 @@ acknowledged delete has come back, nothing with a bad CRC is served, and the one
 operation each writer had in flight at the kill either landed whole or not at all (a
 batch all or nothing).
 
-Two writers: "threads" (one blocking writer, puts/deletes/batches/compactions on 400
-hot keys, and now and then a put or delete of one of 3,000 cold ones) and "async"
+Two writers: "threads" (one blocking writer, puts/deletes/batches — `with db.batch()`
+or `db.write(ops)` — delete_range calls and compactions on 400 hot keys, now and then a
+put or delete of one of 3,000 cold ones, and in one round in five checkpoints, which a
+kill may interrupt: at the checkpoint's path there must then be a whole store or
+nothing) and "async"
 (eight asyncio tasks on the event loop's group commit, each on its own keys so that each
 task's in-flight operation is judged on its own).
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,7 +48,7 @@ Ops = list[tuple[bytes, bytes | None]]
 Model = dict[bytes, bytes | None]
 
 _LOG = r"""
-import os, sys, random
+import os, shutil, sys, random
 from uringkit import kv
 path, seed = sys.argv[1], int(sys.argv[2])
 log = os.fdopen(int(sys.argv[3]), "w", buffering=1)
@@ -97,8 +101,22 @@ while True:
         # copied on from the segments that are compacted
         k = b"c%d" % rng.randrange(3000)
         ops = [(k, None if rng.random() < 0.5 else b"%d-%d-cold" % (seed, i))]
-    elif r < 0.9:
+    elif r < 0.89:
         ops = [(b"k%d" % rng.randrange(400), None)]
+    elif r < 0.91:
+        # delete_range: the keys it will delete (one writer: the same as it finds), all
+        # or none of them gone after a kill
+        prefix = b"b%d" % rng.randrange(5)
+        ops = [(k, None) for k in db.iterator(prefix=prefix, include_value=False)]
+        log.write("I 0 " + line(ops) + "\n")
+        db.delete_range(prefix=prefix)
+        log.write("A 0 " + line(ops) + "\n")
+        continue
+    elif r < 0.915 and seed % 5 == 3:
+        # a backup, which a kill may interrupt: never a partial copy at its path
+        shutil.rmtree(path + "-cp", ignore_errors=True)
+        db.checkpoint(path + "-cp")
+        continue
     elif r < 0.97 or seed % 3:
         ops = [(b"b%d" % rng.randrange(50), b"%d-%d-%d" % (seed, i, j)) for j in range(5)]
     else:
@@ -110,6 +128,8 @@ while True:
     if len(ops) == 1:
         k, v = ops[0]
         db.delete(k) if v is None else db.put(k, v)
+    elif rng.random() < 0.5:
+        db.write(ops)
     else:
         with db.batch() as b:
             for k, v in ops:
@@ -182,6 +202,8 @@ class Round:
     #: the dictionaries (DICT-* names) in the store at the check: across rounds, more
     #: than one means compactions retrained it (and removed those no record named)
     dictionaries: list[str] = field(default_factory=list)
+    #: a checkpoint (taken in one round in five) was found whole at the check
+    backups: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -272,7 +294,27 @@ def check(path: Path, model: Model, pending: dict[str, Ops], rnd: Round) -> Mode
         if n != live:
             raise CrashCheckFailed(f"round {rnd.seed}: {n} live keys, expected {live}")
         rnd.checked_keys = len(model)
+    _check_backup(path, rnd)
     return model
+
+
+def _check_backup(path: Path, rnd: Round) -> None:
+    """A checkpoint the kill may have interrupted: at its path there is a whole store or
+    nothing (the copy is made under a hidden name and renamed when whole); the hidden
+    copies interrupted ones leave are removed here."""
+    cp = Path(f"{path}-cp")
+    for left in path.parent.glob(f".{cp.name}.xkv-checkpoint-*"):
+        rnd.notes.append(f"an interrupted checkpoint left {left.name}")
+        shutil.rmtree(left, ignore_errors=True)
+    if not cp.exists():
+        return
+    rnd.backups += 1
+    with kv_open(cp, read_only=True) as db:
+        n, problems = db.check()
+        if problems or n != len(db):
+            raise CrashCheckFailed(
+                f"round {rnd.seed}: the checkpoint at {cp} is damaged: {problems}"
+            )
 
 
 def run_rounds(
