@@ -31,11 +31,14 @@ def _initial(rng: random.Random) -> bytes:
 
 
 def _binary_ops(rng: random.Random, n: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """(no read(None), the same as read(-1): on a file not open for reading CPython
+    3.13.0 raises TypeError for the None before it says "not readable")"""
     ops: list[tuple[str, tuple[Any, ...]]] = []
+    sizes = [-1, 0, 1, 7, 100, 5000, 70_000]
     for _ in range(n):
         x = rng.random()
         if x < 0.2:
-            ops.append(("read", (rng.choice([-1, None, 0, 1, 7, 100, 5000, 70_000]),)))
+            ops.append(("read", (rng.choice(sizes),)))
         elif x < 0.3:
             ops.append(("readline", (rng.choice([-1, 0, 3, 50]),)))
         elif x < 0.35:

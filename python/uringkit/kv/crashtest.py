@@ -113,8 +113,13 @@ while True:
         log.write("A 0 " + line(ops) + "\n")
         continue
     elif r < 0.915 and seed % 5 == 3:
-        # a backup, which a kill may interrupt: never a partial copy at its path
-        shutil.rmtree(path + "-cp", ignore_errors=True)
+        # a backup, which a kill may interrupt: never a partial copy at its path. (The
+        # last one is renamed away before it is removed: a kill in the middle of
+        # removing it must not leave a partial store at that path either.)
+        shutil.rmtree(path + "-cp-old", ignore_errors=True)
+        if os.path.exists(path + "-cp"):
+            os.rename(path + "-cp", path + "-cp-old")
+            shutil.rmtree(path + "-cp-old")
         db.checkpoint(path + "-cp")
         continue
     elif r < 0.97 or seed % 3:
@@ -306,6 +311,8 @@ def _check_backup(path: Path, rnd: Round) -> None:
     for left in path.parent.glob(f".{cp.name}.xkv-checkpoint-*"):
         rnd.notes.append(f"an interrupted checkpoint left {left.name}")
         shutil.rmtree(left, ignore_errors=True)
+    # (the writer's own removal of its last backup, if the kill interrupted it)
+    shutil.rmtree(f"{cp}-old", ignore_errors=True)
     if not cp.exists():
         return
     rnd.backups += 1
