@@ -187,6 +187,9 @@ fn relayed<T: Send>(
 #[pyclass(module = "uringkit._native", frozen)]
 pub struct KvStore {
     inner: std::sync::Mutex<Option<Arc<Store>>>,
+    /// Read-only: stores a `refresh()` replaced (a compaction since) while snapshot views
+    /// of them were open — kept, unchanging, until the last of those views closes.
+    retired: std::sync::Mutex<Vec<Arc<Store>>>,
 }
 
 impl KvStore {
@@ -328,6 +331,7 @@ impl KvStore {
         let store = Arc::new(py.detach(|| Store::open(&path, opts)).map_err(kv_err)?);
         Store::start_background(&store);
         Ok(KvStore {
+            retired: std::sync::Mutex::new(Vec::new()),
             inner: std::sync::Mutex::new(Some(store)),
         })
     }
@@ -483,6 +487,17 @@ impl KvStore {
         PyList::new(py, ks.iter().map(|k| PyBytes::new(py, k)))
     }
 
+    /// A snapshot view of the store as it is now ([`KvView`]).
+    fn view(slf: &Bound<'_, Self>) -> PyResult<KvView> {
+        let s = slf.get().store()?;
+        let id = slf.py().detach(|| s.view_open()).map_err(kv_err)?;
+        Ok(KvView {
+            owner: slf.clone().unbind(),
+            target: Arc::downgrade(&s),
+            id,
+        })
+    }
+
     /// A scan's snapshot: the keys starting with `prefix` in [start, stop), in key order
     /// (reversed with `reverse`), with where their records are — read later, a chunk at
     /// a time, as they were now ([`KvScan`]).
@@ -551,6 +566,10 @@ impl KvStore {
                 // (closed, or refreshed by another thread, meanwhile: this one is dropped)
                 if g.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, &s)) {
                     *g = Some(Arc::new(*new));
+                    if s.views() > 0 {
+                        // its snapshots go on reading it as it was
+                        self.retired.lock().expect("kv").push(s.clone());
+                    }
                 }
                 Ok((0, 0, 0, true))
             }
@@ -605,6 +624,7 @@ impl KvStore {
     /// threads at the fork (they stayed in the parent; see Store::drop).
     fn close(&self, py: Python<'_>) {
         let s = self.inner.lock().expect("kv").take();
+        self.retired.lock().expect("kv").clear();
         py.detach(|| {
             if let Some(s) = s.filter(|s| !s.forked()) {
                 // Operations still running in other threads (or the batch flusher) hold
@@ -660,5 +680,135 @@ impl KvScan {
         let out = PyList::new(py, pairs)?;
         self.next = end;
         Ok(out)
+    }
+}
+
+/// A snapshot view of a store ([`KvStore::view`]): reads as the store was when it was
+/// taken, whatever is written, deleted or compacted since (`Store::view_open`). Ends
+/// with `close()`, when it is dropped, or when the store is closed (ValueError then).
+#[pyclass(module = "uringkit._native", frozen)]
+pub struct KvView {
+    owner: Py<KvStore>,
+    /// the store it was taken of (a read-only one a refresh replaced stays in `retired`)
+    target: std::sync::Weak<Store>,
+    id: u64,
+}
+
+impl KvView {
+    fn target(&self) -> PyResult<Arc<Store>> {
+        self.owner.get().store()?; // (closed, or a fork's: say so)
+        self.target
+            .upgrade()
+            .ok_or_else(|| PyValueError::new_err("operation on a closed store"))
+    }
+
+    fn end(&self) {
+        if let Some(s) = self.target.upgrade() {
+            if s.view_close(self.id) && s.views() == 0 {
+                let mut r = self.owner.get().retired.lock().expect("kv");
+                r.retain(|x| !Arc::ptr_eq(x, &s));
+            }
+        }
+    }
+}
+
+impl Drop for KvView {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+#[pymethods]
+impl KvView {
+    /// The value `key` had when the view was taken, or None.
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let s = self.target()?;
+        let k = key_arg(key)?;
+        s.view_get_with(self.id, k, false, |v| PyBytes::new(py, v))
+            .map_err(kv_err)
+    }
+
+    /// get(key) if the record is in memory; BlockingIOError if reading it would wait for
+    /// the disk.
+    fn get_cached<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let s = self.target()?;
+        s.view_get_with(self.id, key_arg(key)?, true, |v| PyBytes::new(py, v))
+            .map_err(kv_err)
+    }
+
+    /// The values of `keys` when the view was taken (None: absent), read in one batch.
+    fn multi_get<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let s = self.target()?;
+        let held = key_list(keys)?;
+        let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
+        let id = self.id;
+        let vals = py.detach(|| s.view_multi_get(id, &refs)).map_err(kv_err)?;
+        let items: Vec<Option<Bound<'py, PyBytes>>> = vals
+            .into_iter()
+            .map(|v| v.map(|v| PyBytes::new(py, &v)))
+            .collect();
+        PyList::new(py, items)
+    }
+
+    fn contains(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let s = self.target()?;
+        s.view_contains(self.id, bytes_arg(key, "key")?)
+            .map_err(kv_err)
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.target()?.view_len(self.id).map_err(kv_err)
+    }
+
+    /// [`KvStore::scan`] as of the view.
+    #[pyo3(signature = (prefix=None, start=None, stop=None, reverse=false))]
+    fn scan(
+        &self,
+        py: Python<'_>,
+        prefix: Option<Vec<u8>>,
+        start: Option<Vec<u8>>,
+        stop: Option<Vec<u8>>,
+        reverse: bool,
+    ) -> PyResult<KvScan> {
+        let s = self.target()?;
+        let pre = prefix.unwrap_or_default();
+        let id = self.id;
+        let mut items = py
+            .detach(|| s.view_scan(id, &pre, start.as_deref(), stop.as_deref()))
+            .map_err(kv_err)?;
+        if reverse {
+            items.reverse();
+        }
+        Ok(KvScan {
+            store: self.owner.clone_ref(py),
+            items,
+            next: 0,
+        })
+    }
+
+    /// End the view (what it held is let go). Idempotent.
+    fn close(&self) {
+        self.end();
+    }
+
+    /// Whether the view has ended (closed, or its store closed).
+    #[getter]
+    fn closed(&self) -> bool {
+        match self.target.upgrade() {
+            Some(s) => self.owner.get().store().is_err() || !s.view_is_open(self.id),
+            None => true,
+        }
     }
 }

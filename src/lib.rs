@@ -25,6 +25,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::BufferView>()?;
     m.add_class::<kv::KvStore>()?;
     m.add_class::<kv::KvScan>()?;
+    m.add_class::<kv::KvView>()?;
     m.add_class::<libaio::LibaioContext>()?;
     m.add_class::<net::EchoServer>()?;
     m.add_function(wrap_pyfunction!(net::echo_load, m)?)?;

@@ -36,12 +36,21 @@ from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
-from .._native import KvScan, KvStore
+from .._native import KvScan, KvStore, KvView
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
-__all__ = ["DB", "AsyncDB", "AsyncBatch", "Batch", "open", "open_async"]
+__all__ = [
+    "DB",
+    "AsyncDB",
+    "AsyncBatch",
+    "AsyncSnapshot",
+    "Batch",
+    "Snapshot",
+    "open",
+    "open_async",
+]
 
 MAX_KEY = 64 * 1024
 #: values read per multi_get while iterating in key order
@@ -203,6 +212,98 @@ def _checked_ops(ops: Iterable[tuple[bytes, Buffer | None]]) -> list[tuple[bytes
     return held
 
 
+class Snapshot:
+    """The store as it was when `db.snapshot()` was called: RocksDB's `GetSnapshot`,
+    plyvel's `db.snapshot()`, an LMDB read transaction. Reads through it see every key
+    with the value it had then, whatever is put, deleted or compacted since — several
+    reads that must agree with each other (an account and its history, a row and its
+    index entries) while writers go on.
+
+    Taking one costs nothing up front. From then on each write that changes a key
+    notes, once per key, where the key's record was before (its bytes and ~40 more of
+    memory), and the segments those records are in stay on disk until the snapshot is
+    closed (a compaction meanwhile frees their space only then). So close snapshots
+    when done — `with db.snapshot() as snap:` — rather than hold one for hours over a
+    store that is being rewritten. `db.stats()` counts them: `snapshots`,
+    `snapshot_keys`. Closing the store ends them (ValueError on use after).
+
+    Thread-safe. On a `read_only=True` store the snapshot is the store as that open
+    saw it when it was taken: `refresh()` does not change it (after a compaction the
+    refresh reopens; the snapshot goes on reading the store it was taken of)."""
+
+    def __init__(self, view: KvView) -> None:
+        self._v = view
+
+    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
+        v = self._v.get(key)
+        return default if v is None else v
+
+    def __getitem__(self, key: bytes) -> bytes:
+        v = self._v.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, bytes) and bool(key) and self._v.contains(key)
+
+    def __len__(self) -> int:
+        """How many keys the store held when the snapshot was taken (counts the keys
+        changed since: cheap)."""
+        return len(self._v)
+
+    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        """The values of `keys` then (None: absent), read in one batch as `DB.multi_get`."""
+        return self._v.multi_get(keys)
+
+    def iterator(
+        self,
+        *,
+        prefix: bytes | None = None,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        include_value: bool = True,
+    ) -> Iterator[Any]:
+        """`DB.iterator` over the snapshot: (key, value) pairs, or keys, in key order."""
+        return _scan_iter(self._v.scan(prefix, start, stop, reverse), include_value)
+
+    def keys(self) -> list[bytes]:
+        """The keys then, in key order."""
+        return self._v.scan().keys()
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        """The (key, value) pairs then, in key order."""
+        return list(self.iterator())
+
+    def values(self) -> list[bytes]:
+        """The values then, in the order of their keys."""
+        return [v for _, v in self.iterator()]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.keys())
+
+    def close(self) -> None:
+        """Let the snapshot go (idempotent): what it noted is freed, and the segments it
+        kept can go. Also done when it is garbage-collected."""
+        self._v.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._v.closed
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 class DB:
     """An open store. Thread-safe: many threads may put/get at once (their durable puts
     share fdatasyncs). Only one process may have a store open."""
@@ -271,6 +372,11 @@ class DB:
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
+
+    def snapshot(self) -> Snapshot:
+        """The store as it is now, to read while it goes on changing:
+        `with db.snapshot() as snap: snap.get(k)` — see `Snapshot`."""
+        return Snapshot(self._s.view())
 
     def delete_range(
         self, *, prefix: bytes | None = None, start: bytes | None = None, stop: bytes | None = None
@@ -604,6 +710,71 @@ class _LoopGroup:
         self.last = 0
 
 
+class AsyncSnapshot:
+    """`Snapshot` for asyncio (`db.snapshot()` of an `AsyncDB`): reads of records in
+    memory run inline, the others on a pool thread; `async for` over `iterator()`.
+    `async with db.snapshot() as snap:` (or `with`) closes it."""
+
+    def __init__(self, snap: Snapshot, db: AsyncDB) -> None:
+        self.sync = snap
+        self._db = db
+
+    async def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
+        try:
+            v = self.sync._v.get_cached(key)
+        except BlockingIOError:
+            v = await self._db._run(self.sync._v.get, key)
+        return default if v is None else v
+
+    async def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
+        return await self._db._run(self.sync.multi_get, keys)  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.sync
+
+    def __len__(self) -> int:
+        return len(self.sync)
+
+    async def keys(self) -> list[bytes]:
+        return await self._db._run(self.sync.keys)  # type: ignore[no-any-return]
+
+    async def items(self) -> list[tuple[bytes, bytes]]:
+        return await self._db._run(self.sync.items)  # type: ignore[no-any-return]
+
+    async def iterator(
+        self,
+        *,
+        prefix: bytes | None = None,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        include_value: bool = True,
+    ) -> AsyncIterator[Any]:
+        """`Snapshot.iterator`, its listing and each chunk of values read off the loop."""
+        scan = await self._db._run(self.sync._v.scan, prefix, start, stop, reverse)
+        async for x in self._db._chunks(scan, include_value):
+            yield x
+
+    def close(self) -> None:
+        self.sync.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    def __enter__(self) -> AsyncSnapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> AsyncSnapshot:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
 class AsyncDB:
     """The store for asyncio. With durability="sync" and io_uring available, durable
     writes are group-committed on the event loop's own ring (the one `uringkit.aio` uses):
@@ -842,6 +1013,11 @@ class AsyncDB:
         snapshot as `DB.iterator`'s, taken (off the loop) when the iteration starts;
         values come 1,000 at a time, each chunk read off the loop."""
         scan = await self._run(self.db._s.scan, prefix, start, stop, reverse)
+        async for x in self._chunks(scan, include_value):
+            yield x
+
+    async def _chunks(self, scan: KvScan, include_value: bool) -> AsyncIterator[Any]:
+        """A scan's keys, or its pairs a chunk at a time, each chunk read off the loop."""
         if not include_value:
             keys: list[bytes] = scan.keys()
             for k in keys:
@@ -850,6 +1026,10 @@ class AsyncDB:
         while chunk := await self._run(scan.next_items, _SCAN_CHUNK):
             for kv in chunk:
                 yield kv
+
+    def snapshot(self) -> AsyncSnapshot:
+        """`DB.snapshot` for asyncio: the store as it is now (taking it is no I/O)."""
+        return AsyncSnapshot(self.db.snapshot(), self)
 
     async def items(self) -> list[tuple[bytes, bytes]]:
         return await self._run(self.db.items)  # type: ignore[no-any-return]

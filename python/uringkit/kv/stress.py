@@ -11,14 +11,16 @@ bytearray or memoryview), deletes (of present and absent keys: the returned bool
 checked), gets, multi_gets, `in`, `len`, batches (some abandoned by an exception inside
 the `with`: nothing of them may show), `write(ops)`, `delete_range` (the count is
 checked), ordered iterators with random bounds (`prefix`, `start`, `stop`, `reverse`),
-`keys()`/`items()`, `compact()`, `sync()`, close and reopen (now and then with another
-compression, or with the index snapshot or the live overlay off), checkpoints (the copy
-opened and compared whole with the dict as it was), and a read-only follower opened
-beside the writer (`read_only=True`): between its `refresh()` calls it must keep
-showing the store as it was at the last one, and after one it must show everything the
-writer had synced. Small segments (64 KiB by default) and a low `auto_compact_bytes`
-make segments seal and background compactions run all along. At the end the store is
-closed, reopened, compared whole and `check()`ed.
+`keys()`/`items()`, snapshots (up to three held through everything else, each read
+as the store was when it was taken), `compact()`, `sync()`, close and reopen (now and
+then with another compression, or with the index snapshot or the live overlay off),
+checkpoints (the copy opened and compared whole with the dict as it was), and a
+read-only follower opened beside the writer (`read_only=True`): between its `refresh()`
+calls it must keep showing the store as it was at the last one, and after one it must
+show everything the writer had synced; snapshots of it must not change at all. Small
+segments (64 KiB by default) and a low `auto_compact_bytes` make segments seal and
+background compactions run all along. At the end the store is closed, reopened,
+compared whole and `check()`ed.
 
 A disagreement raises `Mismatch`, whose message names the seed, the step and the last
 operations (a trace to replay the run with). `tests/kv/test_stress.py` runs a few
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import DB, AsyncDB
+from . import DB, AsyncDB, Snapshot
 from . import open as kv_open
 from . import open_async as kv_open_async
 
@@ -283,6 +285,10 @@ class _Run:
         # the read-only follower and the model as of its last refresh
         self.follower: DB | None = None
         self.seen: dict[bytes, bytes] = {}
+        # snapshots held (of the writer, and of the follower), each with the model as it
+        # was when it was taken
+        self.snaps: list[tuple[Snapshot, dict[bytes, bytes]]] = []
+        self.fsnaps: list[tuple[Snapshot, dict[bytes, bytes]]] = []
         # a pool of keys, so that puts overwrite and deletes hit
         self.pool: list[bytes] = [self._new_key() for _ in range(150)]
 
@@ -501,6 +507,59 @@ class _Run:
         self.trace.append("held iterator: read on")
         self.expect(got, want, f"an iterator ({_short(b)}) read on after writes")
 
+    def op_snapshot(self) -> None:
+        """Take a snapshot (up to 3 held at once), read one held through the writes
+        since — it must show the store as it was when taken — or close one."""
+        r = self.rng
+        x = r.random()
+        if not self.snaps or (x < 0.25 and len(self.snaps) < 3):
+            self.trace.append("snapshot: take")
+            self.snaps.append((self.db.snapshot(), dict(self.model)))
+            return
+        i = r.randrange(len(self.snaps))
+        if x < 0.4:
+            self.trace.append(f"snapshot {i}: close")
+            snap, _ = self.snaps.pop(i)
+            snap.close()
+            self.expect(snap.closed, True, "a closed snapshot's closed")
+            return
+        self.trace.append(f"snapshot {i}: read")
+        self.read_snapshot(*self.snaps[i], f"snapshot {i}")
+
+    def read_snapshot(self, snap: Snapshot, then: dict[bytes, bytes], what: str) -> None:
+        """Reads through `snap`, each compared with `then` (the model when it was taken)."""
+        r = self.rng
+        ks = [self._key() for _ in range(r.randint(1, 6))]
+        self.expect(snap.get(ks[0]), then.get(ks[0]), f"{what}: get({_short(ks[0])})")
+        self.expect(ks[0] in snap, ks[0] in then, f"{what}: in")
+        self.expect(snap.multi_get(ks), [then.get(k) for k in ks], f"{what}: multi_get")
+        self.expect(len(snap), len(then), f"{what}: len")
+        b = self._bounds()
+        reverse = r.random() < 0.3
+        want_keys = self._within(then, b)
+        if reverse:
+            want_keys.reverse()
+        got = list(
+            snap.iterator(
+                prefix=b.get("prefix"), start=b.get("start"), stop=b.get("stop"), reverse=reverse
+            )
+        )
+        self.expect(got, [(k, then[k]) for k in want_keys], f"{what}: iterator({_short(b)})")
+        if r.random() < 0.1:
+            self.expect(dict(snap.items()), then, f"{what}: items()")
+
+    def end_snapshots(self, snaps: list[tuple[Snapshot, dict[bytes, bytes]]]) -> None:
+        """The store `snaps` were taken of was closed: each is ended (ValueError)."""
+        for snap, _ in snaps:
+            self.expect(snap.closed, True, "a snapshot of a closed store: closed")
+            try:
+                snap.get(b"x")
+            except ValueError:
+                pass
+            else:
+                raise self.fail("a snapshot of a closed store was read")
+        snaps.clear()
+
     def op_listing(self) -> None:
         self.trace.append("keys/items")
         self.expect(sorted(self.db.keys()), sorted(self.model), "keys()")
@@ -531,6 +590,7 @@ class _Run:
         self.trace.append(f"reopen [{cfg.name()}]{' repair=True' if repair else ''}")
         self.report.auto_compactions += self.db.stats()["auto_compactions"]
         self.db.close()
+        self.end_snapshots(self.snaps)
         self.db = cfg.open(self.path, repair=repair)
         self.opened = cfg
         self.compare_whole(self.db, self.model, "after reopening")
@@ -553,10 +613,24 @@ class _Run:
         if self.follower is None or self.rng.random() < 0.1:
             if self.follower is not None:
                 self.follower.close()
+                self.end_snapshots(self.fsnaps)
             self.trace.append("follower: open")
             self.db.sync()
             self.follower = self.config.open(self.path, read_only=True)
             self.seen = dict(self.model)
+        elif self.rng.random() < 0.15:
+            # a snapshot of the follower: what it shows now, through refreshes (in place,
+            # or reopening after a compaction)
+            if len(self.fsnaps) < 2:
+                self.trace.append("follower: snapshot")
+                self.fsnaps.append((self.follower.snapshot(), dict(self.seen)))
+            for i, (snap, then) in enumerate(self.fsnaps):
+                self.trace.append(f"follower: snapshot {i}: read")
+                self.read_snapshot(snap, then, f"the follower's snapshot {i}")
+            if self.rng.random() < 0.3:
+                self.trace.append("follower: snapshot 0: close")
+                self.fsnaps.pop(0)[0].close()
+            return
         elif self.rng.random() < 0.5:
             # until refreshed, the follower shows the store as it was
             self.trace.append("follower: read")
@@ -680,8 +754,13 @@ class _Run:
                     return
                 done = ok
 
+        then = dict(self.model)
+        probe = [self._key() for _ in range(5)]
+
         async def phase() -> None:
             async with kv_open_async(self.path, **self.config.kwargs()) as db:
+                # a snapshot held through the tasks' writes: the store as it was before
+                snap = db.snapshot()
                 jobs: list[Coroutine[Any, Any, Any]] = [
                     drive(db, i, w[2]) for i, w in enumerate(workers)
                 ]
@@ -689,9 +768,19 @@ class _Run:
                     jobs.append(self._async_compact(db))
                 await asyncio.gather(*jobs)
                 self.report.auto_compactions += (await db.stats())["auto_compactions"]
+                async with snap:
+                    got = [await snap.get(k) for k in probe]
+                    if got != [then.get(k) for k in probe]:
+                        errors.append(f"async snapshot get: {_short(got)}")
+                    if await snap.multi_get(probe) != got:
+                        errors.append("async snapshot multi_get differs from its gets")
+                    items = [kv async for kv in snap.iterator()]
+                    if items != sorted(then.items()):
+                        errors.append(f"async snapshot iterator: {len(items)} pairs")
 
         self.report.auto_compactions += self.db.stats()["auto_compactions"]
         self.db.close()
+        self.end_snapshots(self.snaps)
         try:
             with _env("URINGKIT_KV_OVERLAY", None if self.config.overlay else "0"):
                 asyncio.run(phase())
@@ -716,10 +805,15 @@ class _Run:
             raise self.fail(f"{name} raised {type(e).__name__}: {e}") from e
 
     def finish(self) -> Report:
+        for i, (snap, then) in enumerate(self.snaps):
+            self.trace.append(f"snapshot {i}: read (at the end)")
+            self.read_snapshot(snap, then, f"snapshot {i}")
         if self.follower is not None:
             self.follower.close()
+            self.end_snapshots(self.fsnaps)
         self.report.auto_compactions += self.db.stats()["auto_compactions"]
         self.db.close()
+        self.end_snapshots(self.snaps)
         self.db = self.config.open(self.path)
         self.opened = self.config
         try:
@@ -745,6 +839,7 @@ _WEIGHTS: tuple[tuple[str, int], ...] = (
     ("delete_range", 1),
     ("iterator", 3),
     ("held_iterator", 1),
+    ("snapshot", 3),
     ("listing", 1),
     ("compact", 1),
     ("sync", 1),
@@ -850,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="uringkit kv stress",
         description="Random operations on xkv stores, each answer checked against a "
         "plain dict (RocksDB's db_stress, in one process): puts, deletes, batches, "
-        "range deletes, iterators, compactions, reopens, checkpoints, a read-only "
+        "range deletes, iterators, snapshots, compactions, reopens, checkpoints, a read-only "
         "follower, worker threads and asyncio tasks.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -319,6 +319,10 @@ pub struct Index {
     /// The heap key tail the shared overlay's keys will move to when it is detached,
     /// made ahead (see [`Index::prepare_tail`]).
     tail_ahead: Option<Prepared<Grow>>,
+    /// While a read-only store with live snapshot views replays what the writer
+    /// appended (see `Store::refresh`): each key put or removed, with the entry a lookup
+    /// saw before (None: absent or a tombstone), in order. Off (`None`) otherwise.
+    pub(crate) journal: Option<Vec<(Vec<u8>, Option<Loc>)>>,
 }
 
 /// Keys before the overlay reaches [`OVERLAY_MAX`] at which the heap tail it will need is
@@ -399,6 +403,7 @@ impl Index {
             seqs: None,
             merging: None,
             tail_ahead: None,
+            journal: None,
         }
     }
 
@@ -561,6 +566,9 @@ impl Index {
 
     /// [`Index::put_with`] with the key's [`Index::hash`] computed by the caller.
     pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, seq: Option<u64>) -> Put {
+        if self.journal.is_some() {
+            self.log_before(key, h);
+        }
         if self.merging.is_some() {
             self.merge_step(MERGE_STEP);
             if self.merging.is_some() {
@@ -814,6 +822,9 @@ impl Index {
 
     /// [`Index::remove`] with the key's [`Index::hash`] computed by the caller.
     pub fn remove_hashed(&mut self, key: &[u8], h: u64) -> Option<Loc> {
+        if self.journal.is_some() {
+            self.log_before(key, h);
+        }
         if self.shared.is_some() {
             self.shared_room(0, 0, 1);
             self.begin();
@@ -844,6 +855,14 @@ impl Index {
             None
         } else {
             Some(loc)
+        }
+    }
+
+    /// Note in the journal what a lookup of `key` sees before it changes.
+    fn log_before(&mut self, key: &[u8], h: u64) {
+        let before = self.visible(key, h).filter(|l| !l.is_tombstone());
+        if let Some(j) = self.journal.as_mut() {
+            j.push((key.to_vec(), before));
         }
     }
 
@@ -1308,6 +1327,7 @@ impl Index {
             seqs: None,
             merging: None,
             tail_ahead: None,
+            journal: None,
         })
     }
 }

@@ -498,6 +498,10 @@ struct State {
     /// directory, identity of the snapshot it goes over). Made on first use, so that
     /// opening (and a session that only reads) costs nothing more.
     overlay_due: Option<(PathBuf, u64)>,
+    /// The live snapshot views (`Store::view_open`), by id: what each key changed since
+    /// was before. Empty but for them: writes then note nothing.
+    views: BTreeMap<u64, view::View>,
+    next_view: u64,
 }
 
 struct Commit {
@@ -1746,6 +1750,8 @@ impl Store {
                 next_id,
                 seq,
                 overlay_due,
+                views: BTreeMap::new(),
+                next_view: 1,
             }),
             commit: Mutex::new(Commit {
                 pending: Vec::new(),
@@ -3173,6 +3179,9 @@ impl Store {
                     _ => None,
                 }
             };
+            if !st.views.is_empty() {
+                Self::note_views(st, k, old);
+            }
             if let Some(o) = old {
                 let dead = (HEADER + k.len() + o.val_len as usize) as u64;
                 if let Some(s) = st.segs.get(&o.seg) {
@@ -3738,12 +3747,26 @@ impl Store {
                 Some(l) => (l, st.segs[&l.seg].clone(), st.active),
             }
         };
+        self.read_at(key, loc, &seg, active, cached_only, f)
+    }
+
+    /// The value of `key`'s record at `loc` in `seg` (`active`: the active segment's id
+    /// when `loc` was looked up), handed to `f`: see [`Store::get_with`].
+    fn read_at<R>(
+        &self,
+        key: &[u8],
+        loc: Loc,
+        seg: &Segment,
+        active: u32,
+        cached_only: bool,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<Option<R>> {
         self.ensure_flushed(loc, active, key.len())?;
         let total = HEADER + key.len() + loc.val_len as usize;
         if cached_only && !seg.resident(loc.off, total) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        self.read_value_with(&seg, loc, key, f).map(Some)
+        self.read_value_with(seg, loc, key, f).map(Some)
     }
 
     /// Whether every present key's record is in memory (see [`Store::get_cached`]).
@@ -4055,10 +4078,7 @@ impl Store {
         stop: Option<&[u8]>,
     ) -> io::Result<Vec<Listed>> {
         self.index_trusted()?;
-        if self.opts.durability != Durability::Sync {
-            // (the write buffer's records are read from the file)
-            self.flush()?;
-        }
+        self.flush_for_scan()?;
         let mut ls: Vec<Listed> = {
             let st = self.state.read().expect("state");
             st.index
@@ -4069,6 +4089,15 @@ impl Store {
         };
         ls.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(ls)
+    }
+
+    /// Before listing records whose values are read later: the write buffer's records
+    /// go to the file (they are read from there).
+    fn flush_for_scan(&self) -> io::Result<()> {
+        if self.opts.durability != Durability::Sync {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// A snapshot of (key, location) pairs: values are read lazily by the caller.
@@ -4172,6 +4201,10 @@ impl Store {
         // the segment read last, from where reading stopped, then each newer one
         let mut todo: Vec<u32> = vec![st.active];
         todo.extend(&new);
+        if !st.views.is_empty() {
+            // (what the records replayed replace, for the snapshot views: below)
+            st.index.journal = Some(Vec::new());
+        }
         let last = *todo.last().expect("the active segment");
         let mut opened: Vec<(u32, i32)> = Vec::new();
         let result = (|| -> io::Result<()> {
@@ -4243,6 +4276,11 @@ impl Store {
             if let Some(s) = st.segs.get(&id) {
                 s.dead.fetch_add(w.dead, Ordering::Relaxed);
                 s.tombs.fetch_add(w.tombs, Ordering::Relaxed);
+            }
+        }
+        if let Some(journal) = st.index.journal.take() {
+            for (k, before) in journal {
+                Self::note_views(&mut st, &k, before);
             }
         }
         st.index.purge_tombstones();
@@ -5145,8 +5183,12 @@ impl Store {
             .values()
             .map(|s| s.tombs.load(Ordering::Relaxed))
             .sum();
+        let (views, noted) = Self::view_counts(&st);
         vec![
             ("keys".into(), st.index.len() as u64),
+            // snapshot views open, and the keys they noted (changed since taken)
+            ("snapshots".into(), views as u64),
+            ("snapshot_keys".into(), noted as u64),
             ("segments".into(), st.segs.len() as u64),
             ("active_segment".into(), st.active as u64),
             ("bytes_on_disk".into(), size),
@@ -5452,3 +5494,4 @@ impl Drop for Store {
 
 #[cfg(test)]
 mod tests;
+mod view;

@@ -2396,3 +2396,69 @@ fn bad_sizes() {
     assert!(s.put(b"", b"v").is_err());
     assert!(s.put(&vec![0u8; 70_000], b"v").is_err());
 }
+
+#[test]
+fn a_view_reads_the_store_as_it_was_through_an_overlay_merge_and_a_compaction() {
+    // A store reopened over its mapped INDEX (changes go to the overlay, which merges
+    // into the table a few entries per put past OVERLAY_MAX keys): a view taken then
+    // reads every key as it was while 70,000 new keys, overwrites, deletes and a
+    // compaction (retiring every segment its records are in) happen.
+    let d = tempfile::tempdir().unwrap();
+    let (o, _) = unsynced(&d, opts());
+    let val = |i: u32, gen: u8| [gen; 3].repeat(1 + i as usize % 9);
+    {
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        for i in 0..3000u32 {
+            s.put(format!("k{i:05}").as_bytes(), &val(i, 1)).unwrap();
+        }
+    }
+    let s = Store::open(d.path(), o).unwrap();
+    let v = s.view_open().unwrap();
+    for i in 0..3000u32 {
+        match i % 3 {
+            0 => s
+                .put(format!("k{i:05}").as_bytes(), &val(i, 2))
+                .map(|_| true),
+            1 => s.delete(format!("k{i:05}").as_bytes()),
+            _ => Ok(true),
+        }
+        .unwrap();
+    }
+    for i in 0..(OVERLAY_MAX as u32 + 4464) {
+        s.put(format!("n{i:06}").as_bytes(), b"new").unwrap();
+    }
+    s.compact().unwrap();
+    let get = |k: &[u8]| s.view_get_with(v, k, false, <[u8]>::to_vec).unwrap();
+    for i in 0..3000u32 {
+        assert_eq!(
+            get(format!("k{i:05}").as_bytes()),
+            Some(val(i, 1)),
+            "k{i:05}"
+        );
+    }
+    assert_eq!(get(b"n000001"), None);
+    assert!(s.view_contains(v, b"k00001").unwrap());
+    assert_eq!(s.view_len(v).unwrap(), 3000);
+    let listed = s.view_scan(v, b"k", None, None).unwrap();
+    assert_eq!(listed.len(), 3000);
+    assert!(s.view_scan(v, b"n", None, None).unwrap().is_empty());
+    let got = s.read_listed(&listed).unwrap();
+    assert!(got.iter().enumerate().all(|(i, x)| *x == val(i as u32, 1)));
+    let many: Vec<&[u8]> = vec![b"k00000", b"k00001", b"n000000"];
+    assert_eq!(
+        s.view_multi_get(v, &many).unwrap(),
+        vec![Some(val(0, 1)), Some(val(1, 1)), None]
+    );
+    // the store itself moved on; a second view sees it now
+    assert_eq!(s.get(b"k00000").unwrap(), Some(val(0, 2)));
+    assert_eq!(s.get(b"k00001").unwrap(), None);
+    let now = s.view_open().unwrap();
+    assert_eq!(s.view_len(now).unwrap(), s.len());
+    assert_eq!(s.views(), 2);
+    assert!(s.view_close(v) && !s.view_close(v));
+    assert!(s
+        .view_get_with(v, b"k00000", false, <[u8]>::to_vec)
+        .is_err());
+    assert!(s.view_close(now));
+    assert_eq!(s.views(), 0);
+}

@@ -1,0 +1,175 @@
+//! Snapshot views: the store as it was at one moment, read while it goes on changing
+//! (RocksDB's `GetSnapshot`, plyvel's `db.snapshot()`, an LMDB read transaction).
+//!
+//! Taking one costs nothing up front: it is an id in the store's state. The index keeps
+//! only the newest location of each key, so from then on every write that changes a key
+//! notes, in each live view that does not have the key yet, where the key's record was
+//! before (or that it was absent) — the first change after the view was taken, so the
+//! location at that moment. A view reads a key from what it noted, else from the index
+//! (a key nobody changed since is where the index says, or where a compaction moved the
+//! same record). The segments holding what it noted stay open while it lives, so a
+//! compaction that retires them frees their disk space once the view is closed. Memory:
+//! a noted key costs its bytes and ~40 more; a view held while the whole store is
+//! rewritten holds every key once.
+
+use super::{in_range, Listed, Loc, Segment, State, Store};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::Arc;
+
+/// What one view noted: each key changed since it was taken, as it was then.
+#[derive(Default)]
+pub(super) struct View {
+    before: HashMap<Box<[u8]>, Option<Loc>>,
+    /// the segments those locations are in
+    pins: BTreeMap<u32, Arc<Segment>>,
+}
+
+fn closed_view() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "this snapshot is closed (take a new one with db.snapshot())",
+    )
+}
+
+impl Store {
+    /// Every live view that has not noted `key` yet notes `before`, its location before
+    /// the change being made (None: absent).
+    pub(super) fn note_views(st: &mut State, key: &[u8], before: Option<Loc>) {
+        let before = before.filter(|l| !l.is_tombstone());
+        let State { views, segs, .. } = st;
+        for v in views.values_mut() {
+            if v.before.contains_key(key) {
+                continue;
+            }
+            if let Some(l) = before {
+                if let Some(s) = segs.get(&l.seg) {
+                    v.pins.entry(l.seg).or_insert_with(|| s.clone());
+                }
+            }
+            v.before.insert(key.into(), before);
+        }
+    }
+
+    /// Take a view of the store as it is now; its id.
+    pub fn view_open(&self) -> io::Result<u64> {
+        self.index_trusted()?;
+        let mut st = self.state.write().expect("state");
+        let id = st.next_view;
+        st.next_view += 1;
+        st.views.insert(id, View::default());
+        Ok(id)
+    }
+
+    /// Let view `id` go (what it pinned with it); false if it was not open.
+    pub fn view_close(&self, id: u64) -> bool {
+        let gone = self.state.write().expect("state").views.remove(&id);
+        gone.is_some()
+    }
+
+    /// Whether view `id` is open.
+    pub fn view_is_open(&self, id: u64) -> bool {
+        self.state.read().expect("state").views.contains_key(&id)
+    }
+
+    /// How many views are open.
+    pub fn views(&self) -> usize {
+        self.state.read().expect("state").views.len()
+    }
+
+    /// Where `key`'s record was when view `id` was taken, with its segment (None: the
+    /// key was absent), and the active segment now.
+    fn view_find(&self, id: u64, key: &[u8]) -> io::Result<Option<(Loc, Arc<Segment>, u32)>> {
+        let st = self.state.read().expect("state");
+        let v = st.views.get(&id).ok_or_else(closed_view)?;
+        let found = match v.before.get(key) {
+            Some(before) => before.map(|l| (l, v.pins.get(&l.seg).cloned())),
+            None => st.index.get(key).map(|l| (l, st.segs.get(&l.seg).cloned())),
+        };
+        match found {
+            None => Ok(None),
+            Some((l, Some(seg))) => Ok(Some((l, seg, st.active))),
+            Some((l, None)) => Err(io::Error::other(format!(
+                "snapshot: the segment of a record it reads ({}) is not held (a bug)",
+                super::seg_name(l.seg)
+            ))),
+        }
+    }
+
+    /// `key`'s value as view `id` sees it, handed to `f` where it lies. `cached_only`:
+    /// `Err(WouldBlock)` rather than wait for the disk (see [`Store::get_cached`]).
+    pub fn view_get_with<R>(
+        &self,
+        id: u64,
+        key: &[u8],
+        cached_only: bool,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<Option<R>> {
+        match self.view_find(id, key)? {
+            None => Ok(None),
+            Some((loc, seg, active)) => self.read_at(key, loc, &seg, active, cached_only, f),
+        }
+    }
+
+    /// The values of `keys` as view `id` sees them (None: absent), read as
+    /// [`Store::multi_get`] reads.
+    pub fn view_multi_get(&self, id: u64, keys: &[&[u8]]) -> io::Result<Vec<Option<Vec<u8>>>> {
+        self.flush_for_scan()?;
+        let mut found = Vec::with_capacity(keys.len());
+        for k in keys {
+            found.push(self.view_find(id, k)?.map(|(l, seg, _)| (l, seg)));
+        }
+        self.read_found(keys, found)
+    }
+
+    /// Whether `key` was in the store when view `id` was taken.
+    pub fn view_contains(&self, id: u64, key: &[u8]) -> io::Result<bool> {
+        Ok(self.view_find(id, key)?.is_some())
+    }
+
+    /// How many keys the store held when view `id` was taken.
+    pub fn view_len(&self, id: u64) -> io::Result<usize> {
+        let st = self.state.read().expect("state");
+        let v = st.views.get(&id).ok_or_else(closed_view)?;
+        let mut n = st.index.len() as i64;
+        for (k, before) in &v.before {
+            n += before.is_some() as i64 - st.index.get(k).is_some() as i64;
+        }
+        Ok(n.max(0) as usize)
+    }
+
+    /// The keys view `id` holds that start with `prefix` and lie in [start, stop),
+    /// sorted, with where their records are: [`Store::scan`] as of the view.
+    pub fn view_scan(
+        &self,
+        id: u64,
+        prefix: &[u8],
+        start: Option<&[u8]>,
+        stop: Option<&[u8]>,
+    ) -> io::Result<Vec<Listed>> {
+        self.flush_for_scan()?;
+        let mut ls: Vec<Listed> = {
+            let st = self.state.read().expect("state");
+            let v = st.views.get(&id).ok_or_else(closed_view)?;
+            let now = st
+                .index
+                .iter()
+                .filter(|(k, _)| !v.before.contains_key(*k) && in_range(k, prefix, start, stop))
+                .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()));
+            let then = v
+                .before
+                .iter()
+                .filter(|(k, _)| in_range(k, prefix, start, stop))
+                .filter_map(|(k, l)| l.map(|l| (k.to_vec(), l, v.pins[&l.seg].clone())));
+            now.chain(then).collect()
+        };
+        ls.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(ls)
+    }
+
+    /// (views open, keys they noted) for `stats()`.
+    pub(super) fn view_counts(st: &State) -> (usize, usize) {
+        let noted = st.views.values().map(|v| v.before.len()).sum();
+        (st.views.len(), noted)
+    }
+}
