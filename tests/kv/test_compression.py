@@ -533,3 +533,33 @@ def test_zstd_compression_level(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="compression_level=5 with compression=None"):
         kv.open(tmp_path / "bad", compression_level=5)
     assert not (tmp_path / "bad").exists()
+
+
+def test_an_iterator_and_a_snapshot_of_a_follower_outlive_the_dictionary_removed(
+    tmp_path: Path,
+) -> None:
+    """A follower's iterator and snapshot, taken before the writer converted the store
+    to LZ4 (the compaction removes the zstd dictionary: no record names it any more) and
+    read on after a refresh that reopened the follower: their values still decode — the
+    reopened store keeps the dictionaries the old one had loaded. (Until session 31 the
+    iterator's reads went through the new store, which had never seen the dictionary:
+    "compressed with the dictionary DICT-…, which is not in the store's directory".)"""
+    p = tmp_path / "db"
+    db, dict_id, n = _with_dictionary(p)
+    with db:
+        db.compact()  # (every value against the dictionary)
+        want = dict(db.items())
+    with kv.open(p, durability="none", compression="lz4") as w, kv.open(p, read_only=True) as r:
+        it = r.iterator()
+        first = next(it)
+        snap = r.snapshot()
+        w.compact()
+        assert dicts(p) == [], "the conversion did not remove the dictionary"
+        w.put(b"after", b"x")
+        w.sync()
+        assert r.refresh()["reopened"] == 1
+        assert dict([first, *it]) == want
+        assert dict(snap.items()) == want
+        assert snap.get(b"d000001") == want[b"d000001"]
+        assert r.get(b"d000001") == want[b"d000001"] and r.get(b"after") == b"x"
+        snap.close()

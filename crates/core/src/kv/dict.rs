@@ -316,6 +316,7 @@ struct Watch {
 /// a replaced dictionary only when no value still pins it and no record names it).
 pub type Pin = Arc<CDict<'static>>;
 
+#[derive(Clone)]
 struct Loaded {
     dd: Arc<DDict<'static>>,
     raw: Arc<[u8]>,
@@ -421,6 +422,21 @@ impl Zstd {
                 let l = Loaded::new(&d, g);
                 self.dec.write().expect("dicts").entry(id).or_insert(l);
             }
+        }
+    }
+
+    /// Take every dictionary `from` has loaded that this codec has not: a read-only
+    /// store reopened by a refresh, whose iterators and snapshots taken before go on
+    /// reading records of the old one — compressed maybe with a dictionary the writer
+    /// has removed from the directory since.
+    pub fn inherit(&self, from: &Zstd) {
+        let theirs: Vec<(u32, Loaded)> = {
+            let dec = from.dec.read().expect("dicts");
+            dec.iter().map(|(id, l)| (*id, l.clone())).collect()
+        };
+        let mut dec = self.dec.write().expect("dicts");
+        for (id, l) in theirs {
+            dec.entry(id).or_insert(l);
         }
     }
 

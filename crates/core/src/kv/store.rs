@@ -4151,14 +4151,19 @@ impl Store {
         match self.catch_up() {
             Ok(Some(r)) => Ok(Refresh::InPlace(r)),
             // (NotFound: a segment removed under the catch-up — a compaction ran)
-            Ok(None) => {
-                Store::open(&self.dir, self.opts.clone()).map(|s| Refresh::Reopened(Box::new(s)))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound && self.dir.exists() => {
-                Store::open(&self.dir, self.opts.clone()).map(|s| Refresh::Reopened(Box::new(s)))
-            }
+            Ok(None) => self.reopened(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && self.dir.exists() => self.reopened(),
             Err(e) => Err(e),
         }
+    }
+
+    /// [`Store::refresh`] after a compaction: the store opened again, holding on to the
+    /// dictionaries this one loaded (the writer may have removed one that records this
+    /// store's iterators and snapshots still read are compressed with).
+    fn reopened(&self) -> io::Result<Refresh> {
+        let s = Store::open(&self.dir, self.opts.clone())?;
+        s.zstd.inherit(&self.zstd);
+        Ok(Refresh::Reopened(Box::new(s)))
     }
 
     /// [`Store::refresh`] in place; None where a compaction happened since.
