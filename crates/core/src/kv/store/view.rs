@@ -13,6 +13,7 @@
 //! rewritten holds every key once.
 
 use super::{in_range, Listed, Loc, Segment, State, Store};
+use foldhash::fast::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 /// What one view noted: each key changed since it was taken, as it was then.
 #[derive(Default)]
 pub(super) struct View {
-    before: HashMap<Box<[u8]>, Option<Loc>>,
+    before: HashMap<Box<[u8]>, Option<Loc>, RandomState>,
     /// the segments those locations are in
     pins: BTreeMap<u32, Arc<Segment>>,
 }
@@ -30,6 +31,14 @@ fn closed_view() -> io::Error {
         io::ErrorKind::InvalidInput,
         "this snapshot is closed (take a new one with db.snapshot())",
     )
+}
+
+/// A noted location whose segment the view does not hold: never expected.
+fn unpinned(l: Loc) -> io::Error {
+    io::Error::other(format!(
+        "snapshot: the segment of a record it reads ({}) is not held (a bug)",
+        super::seg_name(l.seg)
+    ))
 }
 
 impl Store {
@@ -89,10 +98,7 @@ impl Store {
         match found {
             None => Ok(None),
             Some((l, Some(seg))) => Ok(Some((l, seg, st.active))),
-            Some((l, None)) => Err(io::Error::other(format!(
-                "snapshot: the segment of a record it reads ({}) is not held (a bug)",
-                super::seg_name(l.seg)
-            ))),
+            Some((l, None)) => Err(unpinned(l)),
         }
     }
 
@@ -156,12 +162,15 @@ impl Store {
                 .iter()
                 .filter(|(k, _)| !v.before.contains_key(*k) && in_range(k, prefix, start, stop))
                 .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()));
-            let then = v
-                .before
-                .iter()
-                .filter(|(k, _)| in_range(k, prefix, start, stop))
-                .filter_map(|(k, l)| l.map(|l| (k.to_vec(), l, v.pins[&l.seg].clone())));
-            now.chain(then).collect()
+            let mut ls: Vec<Listed> = now.collect();
+            for (k, l) in &v.before {
+                let Some(l) = l.filter(|_| in_range(k, prefix, start, stop)) else {
+                    continue;
+                };
+                let seg = v.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
+                ls.push((k.to_vec(), l, seg.clone()));
+            }
+            ls
         };
         ls.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(ls)
