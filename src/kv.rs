@@ -487,17 +487,6 @@ impl KvStore {
         PyList::new(py, ks.iter().map(|k| PyBytes::new(py, k)))
     }
 
-    /// A snapshot view of the store as it is now ([`KvView`]).
-    fn view(slf: &Bound<'_, Self>) -> PyResult<KvView> {
-        let s = slf.get().store()?;
-        let id = slf.py().detach(|| s.view_open()).map_err(kv_err)?;
-        Ok(KvView {
-            owner: slf.clone().unbind(),
-            target: Arc::downgrade(&s),
-            id,
-        })
-    }
-
     /// A scan's snapshot: the keys starting with `prefix` in [start, stop), in key order
     /// (reversed with `reverse`), with where their records are — read later, a chunk at
     /// a time, as they were now ([`KvScan`]).
@@ -686,7 +675,7 @@ impl KvScan {
 /// A snapshot view of a store ([`KvStore::view`]): reads as the store was when it was
 /// taken, whatever is written, deleted or compacted since (`Store::view_open`). Ends
 /// with `close()`, when it is dropped, or when the store is closed (ValueError then).
-#[pyclass(module = "uringkit._native", frozen)]
+#[pyclass(module = "uringkit._native", frozen, subclass)]
 pub struct KvView {
     owner: Py<KvStore>,
     /// the store it was taken of (a read-only one a refresh replaced stays in `retired`)
@@ -704,7 +693,7 @@ impl KvView {
 
     fn end(&self) {
         if let Some(s) = self.target.upgrade() {
-            if s.view_close(self.id) && s.views() == 0 {
+            if s.view_close(self.id) == Some(0) {
                 let mut r = self.owner.get().retired.lock().expect("kv");
                 r.retain(|x| !Arc::ptr_eq(x, &s));
             }
@@ -720,16 +709,37 @@ impl Drop for KvView {
 
 #[pymethods]
 impl KvView {
-    /// The value `key` had when the view was taken, or None.
+    /// A view of `store` as it is now (`uringkit.kv.Snapshot` subclasses this).
+    #[new]
+    fn new(store: &Bound<'_, KvStore>) -> PyResult<Self> {
+        let s = store.get().store()?;
+        // (the GIL is let go only when the open's index check may still be running)
+        let id = match s.index_verdict_in() {
+            true => s.view_open(),
+            false => store.py().detach(|| s.view_open()),
+        }
+        .map_err(kv_err)?;
+        Ok(KvView {
+            owner: store.clone().unbind(),
+            target: Arc::downgrade(&s),
+            id,
+        })
+    }
+
+    /// The value `key` had when the view was taken, or `default`.
+    #[pyo3(signature = (key, default=None))]
     fn get<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let s = self.target()?;
         let k = key_arg(key)?;
-        s.view_get_with(self.id, k, false, |v| PyBytes::new(py, v))
-            .map_err(kv_err)
+        let v = s
+            .view_get_with(self.id, k, false, |v| PyBytes::new(py, v))
+            .map_err(kv_err)?;
+        Ok(v.map(Bound::into_any).or(default))
     }
 
     /// get(key) if the record is in memory; BlockingIOError if reading it would wait for
@@ -762,10 +772,16 @@ impl KvView {
         PyList::new(py, items)
     }
 
-    fn contains(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// Whether `key` was in the store (False for anything but non-empty bytes, as
+    /// `key in db`).
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let s = self.target()?;
-        s.view_contains(self.id, bytes_arg(key, "key")?)
-            .map_err(kv_err)
+        match key.cast::<PyBytes>() {
+            Ok(k) if !k.as_bytes().is_empty() => {
+                s.view_contains(self.id, k.as_bytes()).map_err(kv_err)
+            }
+            _ => Ok(false),
+        }
     }
 
     fn __len__(&self) -> PyResult<usize> {

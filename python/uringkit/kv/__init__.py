@@ -212,49 +212,35 @@ def _checked_ops(ops: Iterable[tuple[bytes, Buffer | None]]) -> list[tuple[bytes
     return held
 
 
-class Snapshot:
+class Snapshot(KvView):
     """The store as it was when `db.snapshot()` was called: RocksDB's `GetSnapshot`,
     plyvel's `db.snapshot()`, an LMDB read transaction. Reads through it see every key
     with the value it had then, whatever is put, deleted or compacted since — several
     reads that must agree with each other (an account and its history, a row and its
     index entries) while writers go on.
 
-    Taking one costs nothing up front. From then on each write that changes a key
-    notes, once per key, where the key's record was before (its bytes and ~40 more of
-    memory), and the segments those records are in stay on disk until the snapshot is
-    closed (a compaction meanwhile frees their space only then). So close snapshots
+    `get(key, default=None)`, `snap[key]`, `key in snap`, `len(snap)`,
+    `multi_get(keys)` (one batch of reads, as `DB.multi_get`), `iterator(...)`,
+    `keys()`, `values()`, `items()` (in key order).
+
+    Taking one costs nothing up front (~0.2 µs). From then on each write that changes a
+    key notes, once per key, where the key's record was before (its bytes and ~40 more
+    of memory), and the segments those records are in stay on disk until the snapshot
+    is closed (a compaction meanwhile frees their space only then). So close snapshots
     when done — `with db.snapshot() as snap:` — rather than hold one for hours over a
     store that is being rewritten. `db.stats()` counts them: `snapshots`,
-    `snapshot_keys`. Closing the store ends them (ValueError on use after).
+    `snapshot_keys`. Closing the store ends them (ValueError on use after); so does the
+    garbage collector.
 
     Thread-safe. On a `read_only=True` store the snapshot is the store as that open
     saw it when it was taken: `refresh()` does not change it (after a compaction the
     refresh reopens; the snapshot goes on reading the store it was taken of)."""
 
-    def __init__(self, view: KvView) -> None:
-        self._v = view
-
-    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
-        v = self._v.get(key)
-        return default if v is None else v
-
     def __getitem__(self, key: bytes) -> bytes:
-        v = self._v.get(key)
+        v = self.get(key)
         if v is None:
             raise KeyError(key)
         return v
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, bytes) and bool(key) and self._v.contains(key)
-
-    def __len__(self) -> int:
-        """How many keys the store held when the snapshot was taken (counts the keys
-        changed since: cheap)."""
-        return len(self._v)
-
-    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
-        """The values of `keys` then (None: absent), read in one batch as `DB.multi_get`."""
-        return self._v.multi_get(keys)
 
     def iterator(
         self,
@@ -266,11 +252,11 @@ class Snapshot:
         include_value: bool = True,
     ) -> Iterator[Any]:
         """`DB.iterator` over the snapshot: (key, value) pairs, or keys, in key order."""
-        return _scan_iter(self._v.scan(prefix, start, stop, reverse), include_value)
+        return _scan_iter(self.scan(prefix, start, stop, reverse), include_value)
 
     def keys(self) -> list[bytes]:
         """The keys then, in key order."""
-        return self._v.scan().keys()
+        return self.scan().keys()
 
     def items(self) -> list[tuple[bytes, bytes]]:
         """The (key, value) pairs then, in key order."""
@@ -282,15 +268,6 @@ class Snapshot:
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
-
-    def close(self) -> None:
-        """Let the snapshot go (idempotent): what it noted is freed, and the segments it
-        kept can go. Also done when it is garbage-collected."""
-        self._v.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._v.closed
 
     def __enter__(self) -> Snapshot:
         return self
@@ -376,7 +353,7 @@ class DB:
     def snapshot(self) -> Snapshot:
         """The store as it is now, to read while it goes on changing:
         `with db.snapshot() as snap: snap.get(k)` — see `Snapshot`."""
-        return Snapshot(self._s.view())
+        return Snapshot(self._s)
 
     def delete_range(
         self, *, prefix: bytes | None = None, start: bytes | None = None, stop: bytes | None = None
@@ -721,9 +698,9 @@ class AsyncSnapshot:
 
     async def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
         try:
-            v = self.sync._v.get_cached(key)
+            v = self.sync.get_cached(key)
         except BlockingIOError:
-            v = await self._db._run(self.sync._v.get, key)
+            v = await self._db._run(self.sync.get, key)
         return default if v is None else v
 
     async def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
@@ -751,7 +728,7 @@ class AsyncSnapshot:
         include_value: bool = True,
     ) -> AsyncIterator[Any]:
         """`Snapshot.iterator`, its listing and each chunk of values read off the loop."""
-        scan = await self._db._run(self.sync._v.scan, prefix, start, stop, reverse)
+        scan = await self._db._run(self.sync.scan, prefix, start, stop, reverse)
         async for x in self._db._chunks(scan, include_value):
             yield x
 

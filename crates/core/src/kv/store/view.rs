@@ -70,10 +70,15 @@ impl Store {
         Ok(id)
     }
 
-    /// Let view `id` go (what it pinned with it); false if it was not open.
-    pub fn view_close(&self, id: u64) -> bool {
-        let gone = self.state.write().expect("state").views.remove(&id);
-        gone.is_some()
+    /// Let view `id` go (what it pinned with it): the views still open, or None if it
+    /// was not open.
+    pub fn view_close(&self, id: u64) -> Option<usize> {
+        let gone = {
+            let mut st = self.state.write().expect("state");
+            let v = st.views.remove(&id);
+            v.map(|v| (v, st.views.len()))
+        };
+        gone.map(|(_, left)| left) // (what it held is freed outside the lock)
     }
 
     /// Whether view `id` is open.
