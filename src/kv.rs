@@ -466,6 +466,22 @@ impl KvStore {
     }
 
     /// Block (GIL released) until `ticket` is durable, leading a group if nobody is.
+    /// How each queued write (`enqueue`'s tickets) went: True written, the OSError it
+    /// failed with, or None not done yet.
+    fn collect<'py>(&self, py: Python<'py>, tickets: Vec<u64>) -> PyResult<Bound<'py, PyList>> {
+        let s = self.store()?;
+        let told: Vec<Bound<'py, PyAny>> = s
+            .collect(&tickets)
+            .into_iter()
+            .map(|o| match o {
+                Some(Ok(())) => pyo3::types::PyBool::new(py, true).to_owned().into_any(),
+                Some(Err(e)) => kv_err(e).into_value(py).into_bound(py).into_any(),
+                None => py.None().into_bound(py),
+            })
+            .collect();
+        PyList::new(py, told)
+    }
+
     fn wait_ticket(&self, py: Python<'_>, ticket: u64) -> PyResult<()> {
         let s = self.store()?;
         relayed(py, &s, || s.wait_ticket(ticket))

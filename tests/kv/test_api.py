@@ -10,6 +10,7 @@ import platform
 import random
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -795,6 +796,7 @@ def test_a_segment_with_a_hole_opens_on_a_full_tmpfs(small_fs: Path) -> None:
 
 FILL_AND_WAIT = """
 import sys
+import threading
 from uringkit import kv
 db = kv.open(sys.argv[1], durability="none")
 db.put(b"first", b"1")
@@ -1477,6 +1479,7 @@ def test_sqpoll_needs_direct(tmp_path: Path) -> None:
 
 SQPOLL_BLOCKED = r"""
 import sys
+import threading
 from uringkit.testing import block_io_uring
 block_io_uring()
 from uringkit import kv
@@ -1504,3 +1507,94 @@ def test_sqpoll_refused_where_io_uring_is_blocked(tmp_path: Path) -> None:
     first, second = out.stdout.splitlines()
     assert first.startswith("PermissionError 1 ") and "refused an SQPOLL ring" in first, first
     assert second == "b'v' 0"  # appended with plain pwrite: no ring in this process
+
+
+@pytest.mark.parametrize("small_fs", ["4m"], indirect=True)
+@pytest.mark.parametrize("api", ["threads", "async"])
+def test_writers_on_a_disk_that_fills_and_empties_are_told_the_truth(
+    small_fs: Path, api: str
+) -> None:
+    """Durable writers on a disk another file fills and empties again and again: every
+    put that returned is there, with its value, now and after a reopen; every put that
+    raised ENOSPC is not. (Until session 31 a writer whose group failed was told so
+    only while that failure was among the last 64 recorded: on a full disk with many
+    writers one woken later returned success for a put never written. The async API
+    also told all of a loop's writes the outcome of the last one's group, while a
+    thread's leader may have taken some of them into an earlier group.)"""
+    p = small_fs / "db"
+    stop = threading.Event()
+
+    def balloon() -> None:
+        """Fill the disk, then give the room back, over and over."""
+        filler = small_fs / "filler"
+        r = random.Random(7)
+        while not stop.is_set():
+            with contextlib.suppress(OSError), open(filler, "wb") as f:
+                while not stop.is_set():
+                    f.write(bytes(64 << 10))
+            time.sleep(r.random() / 500)
+            filler.unlink(missing_ok=True)
+            time.sleep(r.random() / 500)
+
+    told: dict[bytes, bytes | None] = {}  # what each put was told: its value, or None
+    lock = threading.Lock()
+
+    def outcome(k: bytes, v: bytes, e: OSError | None) -> None:
+        if e is not None and e.errno != errno.ENOSPC:
+            raise e
+        with lock:
+            told[k] = v if e is None else None
+
+    def writer(db: kv.DB, t: int) -> None:
+        r = random.Random(t)
+        for j in range(150):
+            k, v = b"t%02d-%04d" % (t, j), r.randbytes(r.randrange(1, 3000))
+            try:
+                db.put(k, v)
+                outcome(k, v, None)
+            except OSError as e:
+                outcome(k, v, e)
+
+    async def tasks(db: kv.DB) -> None:
+        from uringkit.kv import AsyncDB
+
+        adb = AsyncDB(db, "sync")  # (the store opened above, its writes on this loop)
+
+        async def task(t: int) -> None:
+            r = random.Random(1000 + t)
+            for j in range(60):
+                k, v = b"a%02d-%04d" % (t, j), r.randbytes(r.randrange(1, 3000))
+                try:
+                    await adb.put(k, v)
+                    outcome(k, v, None)
+                except OSError as e:
+                    outcome(k, v, e)
+
+        await asyncio.gather(*(task(t) for t in range(32)))
+
+    with kv.open(p, durability="sync", segment_size=256 << 10, auto_compact=None) as db:
+        b = threading.Thread(target=balloon)
+        b.start()
+        try:
+            n = 32 if api == "threads" else 8  # (async: threads lead groups beside the loop)
+            ths = [threading.Thread(target=writer, args=(db, t)) for t in range(n)]
+            for t in ths:
+                t.start()
+            try:
+                if api == "async":
+                    asyncio.run(tasks(db))
+            finally:
+                for t in ths:
+                    t.join()
+        finally:
+            stop.set()
+            b.join()
+            (small_fs / "filler").unlink(missing_ok=True)
+        failed = [k for k, v in told.items() if v is None]
+        written = {k: v for k, v in told.items() if v is not None}
+        assert failed and written, "the disk never filled (or never emptied): no test"
+        assert {k: db.get(k) for k in written} == written, "a put told success is not there"
+        assert [k for k in failed if db.get(k) is not None] == [], "a failed put is there"
+    with kv.open(p) as db:
+        assert {k: db.get(k) for k in written} == written
+        assert [k for k in failed if db.get(k) is not None] == []

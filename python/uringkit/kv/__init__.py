@@ -682,7 +682,8 @@ class _LoopGroup:
 
     def __init__(self, ring: Any) -> None:
         self.ring = ring
-        self.waiters: list[asyncio.Future[None]] = []
+        # (ticket, future) of each write queued: each is told its own ticket's outcome
+        self.waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.flusher: asyncio.Task[None] | None = None
         self.last = 0
 
@@ -817,7 +818,7 @@ class AsyncDB:
             return
         g.last = self.db._s.enqueue(ops, atomic)
         fut: asyncio.Future[None] = ring.loop.create_future()
-        g.waiters.append(fut)
+        g.waiters.append((g.last, fut))
         if g.flusher is None or g.flusher.done():
             g.flusher = ring.loop.create_task(self._flush(g))
         await fut
@@ -854,14 +855,20 @@ class AsyncDB:
                         s.finish_async(-errno.ECANCELED, -errno.ECANCELED)
                         raise
                     s.finish_async(wrote, synced)
-            except BaseException as e:  # noqa: BLE001 - delivered to every waiter
+            except BaseException as e:  # noqa: BLE001 - delivered to the waiters below
                 err = e
-            for f in waiters:
-                if not f.done():
-                    if err is None:
-                        f.set_result(None)
-                    else:
-                        f.set_exception(err)
+            # Each write is told how its own group went: a thread's leader may have
+            # taken some of this loop's writes into an earlier group than the rest.
+            told = s.collect([t for t, _ in waiters])
+            for (_, f), outcome in zip(waiters, told, strict=True):
+                if f.done():
+                    continue
+                if outcome is True:
+                    f.set_result(None)
+                elif outcome is None:  # not written (yet): the flush itself failed
+                    f.set_exception(err or OSError(errno.EIO, "the write was not done"))
+                else:
+                    f.set_exception(outcome)
             if isinstance(err, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
                 raise err
 
@@ -877,7 +884,7 @@ class AsyncDB:
         # the hot path: the native side checks key and value
         g.last = self.db._s.enqueue_put(key, value)
         fut: asyncio.Future[None] = ring.loop.create_future()
-        g.waiters.append(fut)
+        g.waiters.append((g.last, fut))
         f = g.flusher
         if f is None or f.done():
             g.flusher = ring.loop.create_task(self._flush(g))

@@ -679,6 +679,7 @@ class _Run:
     def _wrong(self, who: int, name: str, args: tuple[Any, ...], got: object, want: object) -> str:
         return (
             f"worker {who}: {name}({_short(args, 60)}): got {_short(got)}, expected {_short(want)}"
+            + _difference(got, want)
         )
 
     def op_threads(self) -> None:
@@ -690,13 +691,15 @@ class _Run:
         errors: list[str] = []
 
         def drive(who: int, calls: _Plan) -> None:
+            log: deque[str] = deque(maxlen=12)
             try:
                 done = None
                 while True:
                     name, args, want = calls.send(done) if done is not None else next(calls)
                     ok, got = self.writes(functools.partial(_sync_call, self.db, name, args))
+                    log.append(_logged(name, args, ok))
                     if ok and want is not _ANY and got != want:
-                        errors.append(self._wrong(who, name, args, got, want))
+                        errors.append(self._wrong(who, name, args, got, want) + _calls(log))
                         return
                     done = ok
             except StopIteration:
@@ -737,6 +740,7 @@ class _Run:
 
         async def drive(db: AsyncDB, who: int, calls: _Plan) -> None:
             done = None
+            log: deque[str] = deque(maxlen=12)
             while True:
                 try:
                     name, args, want = calls.send(done) if done is not None else next(calls)
@@ -749,8 +753,9 @@ class _Run:
                         raise
                     got, ok = None, False
                     self.report.ops["enospc"] += 1
+                log.append(_logged(name, args, ok))
                 if ok and want is not _ANY and got != want:
-                    errors.append(self._wrong(who, name, args, got, want))
+                    errors.append(self._wrong(who, name, args, got, want) + _calls(log))
                     return
                 done = ok
 
@@ -858,6 +863,48 @@ def _pick(rng: random.Random, r: _Run) -> tuple[str, Callable[[], None]]:
     name = _NAMES[i]
     fn: Callable[[], None] = getattr(r, "op_" + name)
     return name, fn
+
+
+def _logged(name: str, args: tuple[Any, ...], ok: bool) -> str:
+    """One call of a worker as its log shows it: the keys it wrote (with the values'
+    sizes), and whether it failed with ENOSPC."""
+    if name in ("write", "batch"):
+        what = ", ".join(f"{_short(k, 30)}={'del' if v is None else len(v)}" for k, v in args[0])
+    elif name == "put":
+        what = f"{_short(args[0], 30)}={len(args[1])}"
+    else:
+        what = _short(args, 40)
+    return f"{name} {what}{'' if ok else ' -> ENOSPC'}"
+
+
+def _calls(log: deque[str]) -> str:
+    return "\n  its last calls:\n    " + "\n    ".join(log)
+
+
+def _difference(got: object, want: object) -> str:
+    """Where two listings of (key, value) pairs part: the first pair that differs, and
+    the keys one has that the other lacks (a mismatch's message shows only the start)."""
+    if not (isinstance(got, list) and isinstance(want, list)):
+        return ""
+    if len(got) == len(want) and not all(isinstance(x, tuple) for x in got + want):
+        # values, as a multi_get's: the places where they differ
+        at = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
+        shown = ", ".join(
+            f"[{i}] got {_short(got[i], 40)} expected {_short(want[i], 40)}" for i in at[:3]
+        )
+        return f" — {len(at)} differ: {shown}"
+    try:
+        g, w = dict(got), dict(want)
+    except (TypeError, ValueError):
+        return ""
+    extra, missing = sorted(set(g) - set(w)), sorted(set(w) - set(g))
+    other = [k for k in w if k in g and g[k] != w[k]]
+    out = f" — {len(extra)} keys extra {_short(extra[:3])}, {len(missing)} missing"
+    out += f" {_short(missing[:3])}, {len(other)} with another value"
+    if other:
+        k = other[0]
+        out += f" (first: {_short(k)}: got {len(g[k])} bytes, expected {len(w[k])})"
+    return out
 
 
 def _short(x: object, n: int = 80) -> str:

@@ -509,7 +509,16 @@ struct Commit {
     leader: bool,
     next_ticket: u64,
     done_ticket: u64,
+    /// Groups that failed: (first ticket, last ticket, the error), kept while a writer
+    /// of one of their tickets may still ask (see `asking`).
     failed: Vec<(u64, u64, io::Error)>,
+    /// The tickets whose writers have not yet been told how their write went: a
+    /// blocking writer's until it returns, a queued one's (`Store::enqueue`) until
+    /// [`Store::collect`]. A failed group is kept while one of them is in its range —
+    /// until session 31 only the last 64 failures were, and on a full disk a writer
+    /// woken after 64 more groups had failed found none and returned success for a put
+    /// never written.
+    asking: std::collections::BTreeSet<u64>,
     appender: Option<Appender>,
     write_off: u64,
     unsynced: u64,
@@ -1759,6 +1768,7 @@ impl Store {
                 next_ticket: 0,
                 done_ticket: 0,
                 failed: Vec::new(),
+                asking: std::collections::BTreeSet::new(),
                 appender,
                 write_off: act_size,
                 unsynced: 0,
@@ -2631,28 +2641,32 @@ impl Store {
         let ticket = c.next_ticket;
         p.ticket = ticket;
         c.pending.push(p);
-        self.wait_locked(c, ticket)
+        c.asking.insert(ticket);
+        self.wait_locked(c, ticket, true)
     }
 
     /// Wait until `ticket` is written (leading a group commit if nobody is).
+    /// `claim`: the caller is the writer of `ticket` (registered in `Commit::asking`),
+    /// told here how its write went — not a waiter for a queued write (`wait_ticket`),
+    /// whose writers learn it from [`Store::collect`].
     fn wait_locked<'a>(
         &'a self,
         mut c: std::sync::MutexGuard<'a, Commit>,
         ticket: u64,
+        claim: bool,
     ) -> io::Result<()> {
         // groups this writer has led (relay mode: it leads the next while writers keep
         // coming, up to RELAY_LEAD_ROUNDS, instead of becoming a second runnable writer)
         let mut led = 0;
         loop {
             if c.done_ticket >= ticket {
-                if let Some((_, _, e)) = c
-                    .failed
-                    .iter()
-                    .find(|(a, b, _)| *a <= ticket && ticket <= *b)
-                {
+                if claim {
+                    c.asking.remove(&ticket);
+                }
+                if let Some(e) = Self::failure_of(&c, ticket) {
                     // (each writer of the group gets it, errno kept: a full disk is
                     // ENOSPC to the caller)
-                    return Err(reword(e, e.to_string()));
+                    return Err(e);
                 }
                 if !self.opts.relay || led == 0 || c.pending.is_empty() || c.leader {
                     return Ok(());
@@ -2870,15 +2884,45 @@ impl Store {
         let mut c = self.commit.lock().expect("commit");
         let mut p = self.encode(ops, &packed, atomic && ops.len() > 1)?;
         c.next_ticket += 1;
-        p.ticket = c.next_ticket;
+        let ticket = c.next_ticket;
+        p.ticket = ticket;
         c.pending.push(p);
-        Ok(c.next_ticket)
+        c.asking.insert(ticket); // (told by Store::collect)
+        Ok(ticket)
     }
 
     /// Block until `ticket` is durable (leading a group commit if nobody is).
     pub fn wait_ticket(&self, ticket: u64) -> io::Result<()> {
         let c = self.commit.lock().expect("commit");
-        self.wait_locked(c, ticket)
+        self.wait_locked(c, ticket, false)
+    }
+
+    /// How each write queued with [`Store::enqueue`] as `tickets` went, once they are
+    /// done (after [`Store::wait_ticket`] of the last, or [`Store::finish_async`]):
+    /// `Some(Ok(()))` written, `Some(Err(..))` failed, None not done yet. A ticket
+    /// whose outcome is told (done) is no longer asked about. The writes of one event
+    /// loop may land in several groups — a thread's leader takes what is queued when
+    /// it leads — so each is told its own group's outcome.
+    pub fn collect(&self, tickets: &[u64]) -> Vec<Option<io::Result<()>>> {
+        let mut c = self.commit.lock().expect("commit");
+        let out = tickets
+            .iter()
+            .map(|&t| (c.done_ticket >= t).then(|| Self::failure_of(&c, t).map_or(Ok(()), Err)))
+            .collect::<Vec<_>>();
+        for (t, o) in tickets.iter().zip(&out) {
+            if o.is_some() {
+                c.asking.remove(t);
+            }
+        }
+        out
+    }
+
+    /// The error of the failed group `ticket` was in, if it failed.
+    fn failure_of(c: &Commit, ticket: u64) -> Option<io::Error> {
+        c.failed
+            .iter()
+            .find(|(a, b, _)| *a <= ticket && ticket <= *b)
+            .map(|(_, _, e)| reword(e, e.to_string()))
     }
 
     /// Become the group-commit leader for everything queued, if nobody leads: returns
@@ -3035,14 +3079,13 @@ impl Store {
         res
     }
 
-    /// Tickets `first..=last` failed with `e`: their writers get the error (the last 64
-    /// failures are kept).
+    /// Tickets `first..=last` failed with `e`: their writers get the error. Failures
+    /// no writer still asks about go.
     fn record_failure(c: &mut Commit, first: u64, last: u64, e: &io::Error) {
         let msg = format!("write failed: {}", plain(e));
         c.failed.push((first, last, reword(e, msg)));
-        if c.failed.len() > 64 {
-            c.failed.remove(0);
-        }
+        let Commit { failed, asking, .. } = c;
+        failed.retain(|(a, b, _)| asking.range(*a..=*b).next().is_some());
     }
 
     /// A group is done (written or failed) up to ticket `last`: release the writer role
