@@ -682,6 +682,24 @@ class _Run:
             + _difference(got, want)
         )
 
+    def _drive(self, db: DB, who: int, calls: _Plan, errors: list[str]) -> None:
+        """Run one worker's calls on the blocking API (on its own thread)."""
+        log: deque[str] = deque(maxlen=12)
+        try:
+            done = None
+            while True:
+                name, args, want = calls.send(done) if done is not None else next(calls)
+                ok, got = self.writes(functools.partial(_sync_call, db, name, args))
+                log.append(_logged(name, args, ok))
+                if ok and want is not _ANY and got != want:
+                    errors.append(self._wrong(who, name, args, got, want) + _calls(log))
+                    return
+                done = ok
+        except StopIteration:
+            pass
+        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
+            errors.append(f"worker {who}: {type(e).__name__}: {e}")
+
     def op_threads(self) -> None:
         """Workers on threads, each on keys of its own, the main thread compacting or
         reading its keys meanwhile."""
@@ -690,24 +708,10 @@ class _Run:
         self.trace.append(f"{len(workers)} threads{' + compact' if compact else ''}")
         errors: list[str] = []
 
-        def drive(who: int, calls: _Plan) -> None:
-            log: deque[str] = deque(maxlen=12)
-            try:
-                done = None
-                while True:
-                    name, args, want = calls.send(done) if done is not None else next(calls)
-                    ok, got = self.writes(functools.partial(_sync_call, self.db, name, args))
-                    log.append(_logged(name, args, ok))
-                    if ok and want is not _ANY and got != want:
-                        errors.append(self._wrong(who, name, args, got, want) + _calls(log))
-                        return
-                    done = ok
-            except StopIteration:
-                pass
-            except BaseException as e:  # noqa: BLE001 (reported by the main thread)
-                errors.append(f"worker {who}: {type(e).__name__}: {e}")
-
-        ths = [threading.Thread(target=drive, args=(i, w[2])) for i, w in enumerate(workers)]
+        ths = [
+            threading.Thread(target=self._drive, args=(self.db, i, w[2], errors))
+            for i, w in enumerate(workers)
+        ]
         for t in ths:
             t.start()
         try:
@@ -761,13 +765,21 @@ class _Run:
 
         then = dict(self.model)
         probe = [self._key() for _ in range(5)]
+        mixed = self.rng.random() < 0.4
+        if mixed:
+            self.trace.append("  (worker 0 on a thread)")
 
         async def phase() -> None:
             async with kv_open_async(self.path, **self.config.kwargs()) as db:
                 # a snapshot held through the tasks' writes: the store as it was before
                 snap = db.snapshot()
+                # (worker 0 on a thread now and then, on the same store: a thread's
+                # leader then takes some of the loop's queued writes into its groups)
                 jobs: list[Coroutine[Any, Any, Any]] = [
-                    drive(db, i, w[2]) for i, w in enumerate(workers)
+                    asyncio.to_thread(self._drive, db.db, i, w[2], errors)
+                    if i == 0 and mixed
+                    else drive(db, i, w[2])
+                    for i, w in enumerate(workers)
                 ]
                 if compact:
                     jobs.append(self._async_compact(db))
