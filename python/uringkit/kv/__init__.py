@@ -32,9 +32,9 @@ import concurrent.futures
 import errno
 import os
 import warnings
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 from .._native import KvScan, KvStore, KvView
 
@@ -212,7 +212,64 @@ def _checked_ops(ops: Iterable[tuple[bytes, Buffer | None]]) -> list[tuple[bytes
     return held
 
 
-class Snapshot(KvView):
+class _Closes:
+    """`close()`, `closed` and the `with` statement, passed on to `_closer` (the native
+    object that does the closing)."""
+
+    _closer: KvStore | KvView
+
+    def close(self) -> None:
+        self._closer.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closer.closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Reads:
+    """`db[key]` and `iterator()`, read from `_reader()`: the native store, or view."""
+
+    def _reader(self) -> KvStore | KvView:
+        raise NotImplementedError
+
+    def __getitem__(self, key: bytes) -> bytes:
+        v = self._reader().get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def iterator(
+        self,
+        *,
+        prefix: bytes | None = None,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        include_value: bool = True,
+    ) -> Iterator[Any]:
+        """(key, value) pairs — or keys, with include_value=False — in key order (bytewise;
+        `reverse` for descending), of the keys that start with `prefix` and lie in
+        [start, stop): plyvel's `db.iterator()`.
+
+        A snapshot, as LevelDB's and RocksDB's iterators are: the pairs as they were at
+        the call, whatever is put, deleted or compacted while iterating. Values are read
+        1,000 at a time as the iteration reaches them (like multi_get: copies from the
+        page cache, one batch of reads for the rest), from the records that held them at
+        the call — the segments they are in stay open while the iterator lives, so the
+        disk space of segments a compaction retires meanwhile is freed when it is done
+        with. Closing the store ends it (ValueError at the next chunk).
+        The index is a hash table (Bitcask): each call filters every key and sorts the
+        matches, O(n + m log m) — for scans, not for point lookups."""
+        return _scan_iter(self._reader().scan(prefix, start, stop, reverse), include_value)
+
+
+class Snapshot(KvView, _Closes, _Reads):  # (close and closed: KvView's own)
     """The store as it was when `db.snapshot()` was called: RocksDB's `GetSnapshot`,
     plyvel's `db.snapshot()`, an LMDB read transaction. Reads through it see every key
     with the value it had then, whatever is put, deleted or compacted since — several
@@ -236,23 +293,8 @@ class Snapshot(KvView):
     saw it when it was taken: `refresh()` does not change it (after a compaction the
     refresh reopens; the snapshot goes on reading the store it was taken of)."""
 
-    def __getitem__(self, key: bytes) -> bytes:
-        v = self.get(key)
-        if v is None:
-            raise KeyError(key)
-        return v
-
-    def iterator(
-        self,
-        *,
-        prefix: bytes | None = None,
-        start: bytes | None = None,
-        stop: bytes | None = None,
-        reverse: bool = False,
-        include_value: bool = True,
-    ) -> Iterator[Any]:
-        """`DB.iterator` over the snapshot: (key, value) pairs, or keys, in key order."""
-        return _scan_iter(self.scan(prefix, start, stop, reverse), include_value)
+    def _reader(self) -> KvView:
+        return self
 
     def keys(self) -> list[bytes]:
         """The keys then, in key order."""
@@ -269,24 +311,16 @@ class Snapshot(KvView):
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
 
-    def __enter__(self) -> Snapshot:
-        return self
 
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class DB:
+class DB(_Closes, _Reads):
     """An open store. Thread-safe: many threads may put/get at once (their durable puts
     share fdatasyncs). Only one process may have a store open."""
 
+    def _reader(self) -> KvStore:
+        return self._s
+
     def __init__(self, store: KvStore, path: str) -> None:
-        self._s = store
+        self._s = self._closer = store
         self.path = path
         rec = store.recovery()
         self.recovery: dict[str, Any] = rec
@@ -367,37 +401,7 @@ class DB:
             self._s.batch([(k, None) for k in keys])
         return len(keys)
 
-    def iterator(
-        self,
-        *,
-        prefix: bytes | None = None,
-        start: bytes | None = None,
-        stop: bytes | None = None,
-        reverse: bool = False,
-        include_value: bool = True,
-    ) -> Iterator[Any]:
-        """(key, value) pairs — or keys, with include_value=False — in key order (bytewise;
-        `reverse` for descending), of the keys that start with `prefix` and lie in
-        [start, stop): plyvel's `db.iterator()`.
-
-        A snapshot, as LevelDB's and RocksDB's iterators are: the pairs as they were at
-        the call, whatever is put, deleted or compacted while iterating. Values are read
-        1,000 at a time as the iteration reaches them (like multi_get: copies from the
-        page cache, one batch of reads for the rest), from the records that held them at
-        the call — the segments they are in stay open while the iterator lives, so the
-        disk space of segments a compaction retires meanwhile is freed when it is done
-        with. Closing the store ends it (ValueError at the next chunk).
-        The index is a hash table (Bitcask): each call filters every key and sorts the
-        matches, O(n + m log m) — for scans, not for point lookups."""
-        return _scan_iter(self._s.scan(prefix, start, stop, reverse), include_value)
-
     # the mapping protocol, as dbm/shelve/rocksdict: db[key], db[key] = value, del db[key]
-    def __getitem__(self, key: bytes) -> bytes:
-        v = self._s.get(key)
-        if v is None:
-            raise KeyError(key)
-        return v
-
     def __setitem__(self, key: bytes, value: Buffer) -> None:
         self.put(key, value)
 
@@ -496,19 +500,6 @@ class DB:
     def check(self) -> tuple[int, list[str]]:
         """Re-read every live record and verify its CRC."""
         return self._s.check()
-
-    def close(self) -> None:
-        self._s.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._s.closed
-
-    def __enter__(self) -> DB:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def open(  # noqa: A001
@@ -688,7 +679,38 @@ class _LoopGroup:
         self.last = 0
 
 
-class AsyncSnapshot:
+class _AsyncReads:
+    """`async for` over `iterator()`: the listing and each chunk of values read off the
+    loop. `_reader()`: the native store or view, and how to run a call off the loop."""
+
+    def _reader(self) -> tuple[KvStore | KvView, Callable[..., Awaitable[Any]]]:
+        raise NotImplementedError
+
+    async def iterator(
+        self,
+        *,
+        prefix: bytes | None = None,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        reverse: bool = False,
+        include_value: bool = True,
+    ) -> AsyncIterator[Any]:
+        """`DB.iterator` for asyncio: `async for k, v in db.iterator(prefix=b"a:")`, a
+        snapshot as `DB.iterator`'s, taken (off the loop) when the iteration starts;
+        values come 1,000 at a time, each chunk read off the loop."""
+        reader, run = self._reader()
+        scan = await run(reader.scan, prefix, start, stop, reverse)
+        if not include_value:
+            keys: list[bytes] = scan.keys()
+            for k in keys:
+                yield k
+            return
+        while chunk := await run(scan.next_items, _SCAN_CHUNK):
+            for kv in chunk:
+                yield kv
+
+
+class AsyncSnapshot(_Closes, _AsyncReads):
     """`Snapshot` for asyncio (`db.snapshot()` of an `AsyncDB`): reads of records in
     memory run inline, the others on a pool thread; `async for` over `iterator()`.
     `async with db.snapshot() as snap:` (or `with`) closes it."""
@@ -696,6 +718,10 @@ class AsyncSnapshot:
     def __init__(self, snap: Snapshot, db: AsyncDB) -> None:
         self.sync = snap
         self._db = db
+        self._closer = snap
+
+    def _reader(self) -> tuple[KvView, Callable[..., Awaitable[Any]]]:
+        return self.sync, self._db._run
 
     async def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
         try:
@@ -719,33 +745,6 @@ class AsyncSnapshot:
     async def items(self) -> list[tuple[bytes, bytes]]:
         return await self._db._run(self.sync.items)  # type: ignore[no-any-return]
 
-    async def iterator(
-        self,
-        *,
-        prefix: bytes | None = None,
-        start: bytes | None = None,
-        stop: bytes | None = None,
-        reverse: bool = False,
-        include_value: bool = True,
-    ) -> AsyncIterator[Any]:
-        """`Snapshot.iterator`, its listing and each chunk of values read off the loop."""
-        scan = await self._db._run(self.sync.scan, prefix, start, stop, reverse)
-        async for x in self._db._chunks(scan, include_value):
-            yield x
-
-    def close(self) -> None:
-        self.sync.close()
-
-    @property
-    def closed(self) -> bool:
-        return self.sync.closed
-
-    def __enter__(self) -> AsyncSnapshot:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     async def __aenter__(self) -> AsyncSnapshot:
         return self
 
@@ -753,7 +752,7 @@ class AsyncSnapshot:
         self.close()
 
 
-class AsyncDB:
+class AsyncDB(_AsyncReads):
     """The store for asyncio. With durability="sync" and io_uring available, durable
     writes are group-committed on the event loop's own ring (the one `uringkit.aio` uses):
     every put queued during one loop iteration goes out as one write linked to one
@@ -807,6 +806,9 @@ class AsyncDB:
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
+
+    def _reader(self) -> tuple[KvStore, Callable[..., Awaitable[Any]]]:
+        return self.db._s, self._run
 
     async def _write(self, ops: list[tuple[bytes, bytes | None]], atomic: bool) -> None:
         g = self._group()
@@ -983,33 +985,6 @@ class AsyncDB:
         if keys:
             await self.write([(k, None) for k in keys])
         return len(keys)
-
-    async def iterator(
-        self,
-        *,
-        prefix: bytes | None = None,
-        start: bytes | None = None,
-        stop: bytes | None = None,
-        reverse: bool = False,
-        include_value: bool = True,
-    ) -> AsyncIterator[Any]:
-        """`DB.iterator` for asyncio: `async for k, v in db.iterator(prefix=b"a:")`, a
-        snapshot as `DB.iterator`'s, taken (off the loop) when the iteration starts;
-        values come 1,000 at a time, each chunk read off the loop."""
-        scan = await self._run(self.db._s.scan, prefix, start, stop, reverse)
-        async for x in self._chunks(scan, include_value):
-            yield x
-
-    async def _chunks(self, scan: KvScan, include_value: bool) -> AsyncIterator[Any]:
-        """A scan's keys, or its pairs a chunk at a time, each chunk read off the loop."""
-        if not include_value:
-            keys: list[bytes] = scan.keys()
-            for k in keys:
-                yield k
-            return
-        while chunk := await self._run(scan.next_items, _SCAN_CHUNK):
-            for kv in chunk:
-                yield kv
 
     def snapshot(self) -> AsyncSnapshot:
         """`DB.snapshot` for asyncio: the store as it is now (taking it is no I/O)."""
