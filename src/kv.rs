@@ -708,7 +708,9 @@ impl KvView {
     }
 
     fn end(&self) {
-        if let Some(s) = self.target.upgrade() {
+        // (in a forked child the store is the parent's, frozen at the fork — its locks
+        // maybe held by a thread that is not there: nothing to let go)
+        if let Some(s) = self.target.upgrade().filter(|s| !s.forked()) {
             if s.view_close(self.id) == Some(0) {
                 let mut r = self.owner.get().retired.lock().expect("kv");
                 r.retain(|x| !Arc::ptr_eq(x, &s));
