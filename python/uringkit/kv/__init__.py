@@ -281,7 +281,7 @@ class Snapshot(KvView, _Closes, _Reads):  # (close and closed: KvView's own)
     `keys()`, `values()`, `items()` (in key order).
 
     Taking one costs nothing up front (~0.2 µs). From then on each write that changes a
-    key notes, once per key, where the key's record was before (~120 bytes of memory
+    key notes, once per key, where the key's record was before (~100 bytes of memory
     for a 16-byte key), and the segments those records are in stay on disk until the snapshot
     is closed (a compaction meanwhile frees their space only then). So close snapshots
     when done — `with db.snapshot() as snap:` — rather than hold one for hours over a

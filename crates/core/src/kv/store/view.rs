@@ -9,11 +9,11 @@
 //! (a key nobody changed since is where the index says, or where a compaction moved the
 //! same record). The segments holding what it noted stay open while it lives, so a
 //! compaction that retires them frees their disk space once the view is closed. Memory:
-//! a noted 16-byte key costs ~120 bytes (the map's entry, its share of the map's empty
+//! a noted 16-byte key costs ~100 bytes (the map's entry, its share of the map's empty
 //! slots, the key's own allocation); a view held while the whole store is
 //! rewritten holds every key once.
 
-use super::{in_range, Listed, Loc, Segment, State, Store};
+use super::{in_range, Listed, Loc, Segment, State, Store, TOMBSTONE};
 use foldhash::fast::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -22,7 +22,8 @@ use std::sync::Arc;
 /// What one view noted: each key changed since it was taken, as it was then.
 #[derive(Default)]
 pub(super) struct View {
-    before: HashMap<Box<[u8]>, Option<Loc>, RandomState>,
+    /// (a key absent then: a tombstone location — 16 bytes, not an Option's 24)
+    before: HashMap<Box<[u8]>, Loc, RandomState>,
     /// the segments those locations are in
     pins: BTreeMap<u32, Arc<Segment>>,
 }
@@ -33,6 +34,13 @@ fn closed_view() -> io::Error {
         "this snapshot is closed (take a new one with db.snapshot())",
     )
 }
+
+/// What a view notes for a key that was absent.
+const ABSENT: Loc = Loc {
+    seg: 0,
+    val_len: TOMBSTONE,
+    off: 0,
+};
 
 /// A noted location whose segment the view does not hold: never expected.
 fn unpinned(l: Loc) -> io::Error {
@@ -57,7 +65,7 @@ impl Store {
                     v.pins.entry(l.seg).or_insert_with(|| s.clone());
                 }
             }
-            v.before.insert(key.into(), before);
+            v.before.insert(key.into(), before.unwrap_or(ABSENT));
         }
     }
 
@@ -98,7 +106,8 @@ impl Store {
         let st = self.state.read().expect("state");
         let v = st.views.get(&id).ok_or_else(closed_view)?;
         let found = match v.before.get(key) {
-            Some(before) => before.map(|l| (l, v.pins.get(&l.seg).cloned())),
+            Some(l) if l.is_tombstone() => None,
+            Some(l) => Some((*l, v.pins.get(&l.seg).cloned())),
             None => st.index.get(key).map(|l| (l, st.segs.get(&l.seg).cloned())),
         };
         match found {
@@ -145,7 +154,7 @@ impl Store {
         let v = st.views.get(&id).ok_or_else(closed_view)?;
         let mut n = st.index.len() as i64;
         for (k, before) in &v.before {
-            n += before.is_some() as i64 - st.index.get(k).is_some() as i64;
+            n += !before.is_tombstone() as i64 - st.index.get(k).is_some() as i64;
         }
         Ok(n.max(0) as usize)
     }
@@ -169,10 +178,10 @@ impl Store {
                 .filter(|(k, _)| !v.before.contains_key(*k) && in_range(k, prefix, start, stop))
                 .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()));
             let mut ls: Vec<Listed> = now.collect();
-            for (k, l) in &v.before {
-                let Some(l) = l.filter(|_| in_range(k, prefix, start, stop)) else {
+            for (k, &l) in &v.before {
+                if l.is_tombstone() || !in_range(k, prefix, start, stop) {
                     continue;
-                };
+                }
                 let seg = v.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
                 ls.push((k.to_vec(), l, seg.clone()));
             }
