@@ -34,7 +34,7 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 from .._native import KvScan, KvStore, KvView
 
@@ -861,7 +861,11 @@ class AsyncDB(_AsyncReads):
                 err = e
             # Each write is told how its own group went: a thread's leader may have
             # taken some of this loop's writes into an earlier group than the rest.
-            told = s.collect([t for t, _ in waiters])
+            try:
+                told: list[OSError | Literal[True] | None] = s.collect([t for t, _ in waiters])
+            except BaseException as e:  # noqa: BLE001 - (the store closed meanwhile)
+                err = err or e
+                told = [None] * len(waiters)
             for (_, f), outcome in zip(waiters, told, strict=True):
                 if f.done():
                     continue
