@@ -216,6 +216,7 @@ class _Closes:
     """`close()`, `closed` and the `with` statement, passed on to `_closer` (the native
     object that does the closing)."""
 
+    __slots__ = ()
     _closer: KvStore | KvView
 
     def close(self) -> None:
@@ -234,6 +235,8 @@ class _Closes:
 
 class _Reads:
     """`db[key]` and `iterator()`, read from `_reader()`: the native store, or view."""
+
+    __slots__ = ()
 
     def _reader(self) -> KvStore | KvView:
         raise NotImplementedError
@@ -292,6 +295,8 @@ class Snapshot(KvView, _Closes, _Reads):  # (close and closed: KvView's own)
     Thread-safe. On a `read_only=True` store the snapshot is the store as that open
     saw it when it was taken: `refresh()` does not change it (after a compaction the
     refresh reopens; the snapshot goes on reading the store it was taken of)."""
+
+    __slots__ = ()  # (no __dict__ to make: taking one stays ~0.2 µs)
 
     def _reader(self) -> KvView:
         return self

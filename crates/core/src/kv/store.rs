@@ -500,7 +500,7 @@ struct State {
     overlay_due: Option<(PathBuf, u64)>,
     /// The live snapshot views (`Store::view_open`), by id: what each key changed since
     /// was before. Empty but for them: writes then note nothing.
-    views: BTreeMap<u64, view::View>,
+    views: view::Views,
     next_view: u64,
 }
 
@@ -1759,7 +1759,7 @@ impl Store {
                 next_id,
                 seq,
                 overlay_due,
-                views: BTreeMap::new(),
+                views: view::Views::default(),
                 next_view: 1,
             }),
             commit: Mutex::new(Commit {

@@ -35,6 +35,39 @@ fn closed_view() -> io::Error {
     )
 }
 
+/// The live views, by id: a few at most, in a vector that keeps its room (taking and
+/// letting go of a view allocates nothing — a map's node was a malloc and a free each).
+#[derive(Default)]
+pub(super) struct Views(Vec<(u64, View)>);
+
+impl Views {
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn insert(&mut self, id: u64, v: View) {
+        self.0.push((id, v));
+    }
+    fn remove(&mut self, id: &u64) -> Option<View> {
+        let i = self.0.iter().position(|(x, _)| x == id)?;
+        Some(self.0.swap_remove(i).1)
+    }
+    fn get(&self, id: &u64) -> Option<&View> {
+        self.0.iter().find(|(x, _)| x == id).map(|(_, v)| v)
+    }
+    fn contains_key(&self, id: &u64) -> bool {
+        self.get(id).is_some()
+    }
+    fn values(&self) -> impl Iterator<Item = &View> {
+        self.0.iter().map(|(_, v)| v)
+    }
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut View> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+}
+
 /// What a view notes for a key that was absent.
 const ABSENT: Loc = Loc {
     seg: 0,
