@@ -166,6 +166,23 @@ fn key_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>>
     Ok(held)
 }
 
+/// A multi_get: `keys` (a list of bytes) read by `read` with the GIL released, as a list
+/// of bytes or None.
+fn multi_read<'py>(
+    py: Python<'py>,
+    keys: &Bound<'py, PyAny>,
+    read: impl FnOnce(&[&[u8]]) -> std::io::Result<Vec<Option<Vec<u8>>>> + Send,
+) -> PyResult<Bound<'py, PyList>> {
+    let held = key_list(keys)?;
+    let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
+    let vals = py.detach(|| read(&refs)).map_err(kv_err)?;
+    let items: Vec<Option<Bound<'py, PyBytes>>> = vals
+        .into_iter()
+        .map(|v| v.map(|v| PyBytes::new(py, &v)))
+        .collect();
+    PyList::new(py, items)
+}
+
 /// A write that may wait for a group commit, run with the GIL released — first
 /// handing the GIL now free to one writer whose commit is done ([`Store::relay_one`]:
 /// the one woken ahead of its turn, which takes it at once, while the next is woken):
@@ -395,14 +412,7 @@ impl KvStore {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let s = self.store()?;
-        let held = key_list(keys)?;
-        let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
-        let vals = py.detach(|| s.multi_get(&refs)).map_err(kv_err)?;
-        let items: Vec<Option<Bound<'py, PyBytes>>> = vals
-            .into_iter()
-            .map(|v| v.map(|v| PyBytes::new(py, &v)))
-            .collect();
-        PyList::new(py, items)
+        multi_read(py, keys, |refs| s.multi_get(refs))
     }
 
     /// Apply [(key, value_or_None), ...] atomically. Keys and values are read in place
@@ -779,15 +789,8 @@ impl KvView {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let s = self.target()?;
-        let held = key_list(keys)?;
-        let refs: Vec<&[u8]> = held.iter().map(|k| k.as_bytes()).collect();
         let id = self.id;
-        let vals = py.detach(|| s.view_multi_get(id, &refs)).map_err(kv_err)?;
-        let items: Vec<Option<Bound<'py, PyBytes>>> = vals
-            .into_iter()
-            .map(|v| v.map(|v| PyBytes::new(py, &v)))
-            .collect();
-        PyList::new(py, items)
+        multi_read(py, keys, |refs| s.view_multi_get(id, refs))
     }
 
     /// Whether `key` was in the store (False for anything but non-empty bytes, as
