@@ -259,6 +259,7 @@ def test_async_snapshot(tmp_path: Path) -> None:
                 assert got == [(b"k%03d" % i, b"old") for i in range(90, 100)]
                 assert await snap.keys() == [b"k%03d" % i for i in range(100)]
                 assert len(await snap.items()) == 100
+                assert await snap.values() == [b"old"] * 100
             assert snap.closed
             assert await db.get(b"k001") == b"new"
 

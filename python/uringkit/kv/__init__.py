@@ -499,7 +499,9 @@ class DB(_Closes, _Reads):
         on, compacting all drops them), compactions / reclaimed_bytes / compacted_bytes
         / last_compaction_ms (every compaction that retired segments since open —
         background or `compact()` — the bytes they reclaimed, the bytes they copied:
-        over the bytes written, the write amplification — and how long the last took)."""
+        over the bytes written, the write amplification — and how long the last took),
+        snapshots / snapshot_keys (snapshots open, and the keys changed since they were
+        taken that they keep the old records of: see `Snapshot`)."""
         return self._s.stats()
 
     def check(self) -> tuple[int, list[str]]:
@@ -749,6 +751,9 @@ class AsyncSnapshot(_Closes, _AsyncReads):
 
     async def items(self) -> list[tuple[bytes, bytes]]:
         return await self._db._run(self.sync.items)  # type: ignore[no-any-return]
+
+    async def values(self) -> list[bytes]:
+        return await self._db._run(self.sync.values)  # type: ignore[no-any-return]
 
     async def __aenter__(self) -> AsyncSnapshot:
         return self
