@@ -2899,8 +2899,9 @@ impl Store {
 
     /// How each write queued with [`Store::enqueue`] as `tickets` went, once they are
     /// done (after [`Store::wait_ticket`] of the last, or [`Store::finish_async`]):
-    /// `Some(Ok(()))` written, `Some(Err(..))` failed, None not done yet. A ticket
-    /// whose outcome is told (done) is no longer asked about. The writes of one event
+    /// `Some(Ok(()))` written, `Some(Err(..))` failed, None not done yet. Every ticket
+    /// given is asked about for the last time (one not done yet is given up on: its
+    /// writer is told the flush failed, and asks no more). The writes of one event
     /// loop may land in several groups — a thread's leader takes what is queued when
     /// it leads — so each is told its own group's outcome.
     pub fn collect(&self, tickets: &[u64]) -> Vec<Option<io::Result<()>>> {
@@ -2909,10 +2910,8 @@ impl Store {
             .iter()
             .map(|&t| (c.done_ticket >= t).then(|| Self::failure_of(&c, t).map_or(Ok(()), Err)))
             .collect::<Vec<_>>();
-        for (t, o) in tickets.iter().zip(&out) {
-            if o.is_some() {
-                c.asking.remove(t);
-            }
+        for t in tickets {
+            c.asking.remove(t);
         }
         out
     }
