@@ -264,3 +264,24 @@ def test_async_snapshot(tmp_path: Path) -> None:
             assert await db.get(b"k001") == b"new"
 
     asyncio.run(main())
+
+
+def test_many_snapshots_at_once(tmp_path: Path) -> None:
+    """2,000 snapshots, one taken after each write, a third of them closed in between:
+    each one that is left sees the store as it was when it was taken."""
+    with kv.open(tmp_path / "s", durability="none") as db:
+        snaps, model = [], {}
+        for i in range(2000):
+            k, v = b"k%d" % (i % 50), b"%d" % i
+            db.put(k, v)
+            model[k] = v
+            snaps.append((dict(model), db.snapshot()))
+        for _, s in snaps[::3]:
+            s.close()
+        live = [(then, s) for then, s in snaps if not s.closed]
+        assert db.stats()["snapshots"] == len(live) == 1333
+        for then, s in live[::7]:
+            assert dict(s.items()) == then
+        for _, s in live:
+            s.close()
+        assert db.stats()["snapshots"] == 0
