@@ -40,6 +40,12 @@ def main() -> int:
         default="sync",
         help="the writer's durability (a killed process loses no acknowledged write in any)",
     )
+    ap.add_argument(
+        "--power",
+        action="store_true",
+        help="each kill is a power cut too: the store is on a LazyFS mount that loses what "
+        "was not fsynced (root, /dev/fuse, mfusepy; durability sync only)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON summary on stdout")
     a = ap.parse_args()
     t0 = time.perf_counter()
@@ -56,7 +62,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="uringkit-kv-crash-", dir=a.dir) as d:
         try:
             rounds = run_rounds(
-                Path(d) / "store", a.rounds, a.mode, progress, a.direct, a.durability
+                Path(d) / "store", a.rounds, a.mode, progress, a.direct, a.durability, a.power
             )
         except CrashCheckFailed as e:
             print(f"\nFAILED: {e}", file=sys.stderr)
@@ -65,6 +71,7 @@ def main() -> int:
     summary = {
         "mode": a.mode,
         "direct": a.direct,
+        "power": a.power,
         "durability": a.durability,
         "rounds": len(rounds),
         "acknowledged_ops": sum(r.acked for r in rounds),

@@ -672,6 +672,10 @@ pub struct Store {
     /// The durable mark ([`record::mark`]): how far the active segment is known
     /// fdatasynced. Every record encoded carries it.
     durable: AtomicU64,
+    /// durability="none": sealed segments with bytes never fdatasynced (the next sync —
+    /// `sync()`, a compaction, a checkpoint, close — syncs them before the active one;
+    /// the other durabilities sync a segment when they seal it).
+    sealed_unsynced: Mutex<Vec<u32>>,
     group_commits: AtomicU64,
     /// `warm_up` ran (it starts its reading at most once per open).
     warm_started: AtomicBool,
@@ -1785,6 +1789,7 @@ impl Store {
             index_check,
             group_commits: AtomicU64::new(0),
             durable: AtomicU64::new(durable),
+            sealed_unsynced: Mutex::new(Vec::new()),
             warm_started: AtomicBool::new(false),
             cold_hint: AtomicBool::new(false),
             overlay_pending: AtomicBool::new(overlay_pending),
@@ -3360,6 +3365,9 @@ impl Store {
     /// an index that matches the log (a live overlay stays usable), and a failed write
     /// has nothing to take back — the file is cut back to where it began.
     fn flush_staged(&self, c: &mut Commit, sync: bool, staged: Option<Staged>) -> io::Result<()> {
+        if sync {
+            self.sync_sealed()?;
+        }
         if c.wbuf.is_empty() {
             if sync {
                 if let Some(a) = c.appender.as_mut() {
@@ -3456,7 +3464,8 @@ impl Store {
         for g in group {
             buf.extend_from_slice(&g.bytes);
         }
-        let res = app.append(&buf, off, sync);
+        let res = if sync { self.sync_sealed() } else { Ok(()) };
+        let res = res.and_then(|()| app.append(&buf, off, sync));
         if res.is_ok() && sync {
             self.note_synced(seg_id, off + total);
         }
@@ -3489,8 +3498,26 @@ impl Store {
     /// before the store switches to it: an error leaves the old segment active (sealed:
     /// its zero tail cut, which the appender allocates again), so the caller's offset
     /// in it stays right, and no new file behind.
+    ///
+    /// A sealed segment with bytes never synced is synced here (durability "batch":
+    /// at most its batch of bytes; "sync": none, normally) — or, with "none", by the
+    /// next sync of any kind ([`Store::sync_sealed`]). Until session 32 nothing synced
+    /// it: a `sync()` (or batch's periodic one) made only the new active segment
+    /// durable, and a crash of the machine lost what the sealed one's tail held.
     fn roll(&self, app: &mut Appender, seal_at: u64) -> io::Result<(u32, Arc<Segment>)> {
         app.seal(seal_at);
+        let old = self.state.read().expect("state").active;
+        if seal_at > 0 && self.durable.load(Ordering::Acquire) < record::mark(old, seal_at) {
+            if self.opts.durability == Durability::None {
+                let mut later = self.sealed_unsynced.lock().expect("sealed_unsynced");
+                if !later.contains(&old) {
+                    later.push(old);
+                }
+            } else {
+                app.sync()?;
+                self.note_synced(old, seal_at);
+            }
+        }
         let id = {
             let mut st = self.state.write().expect("state");
             st.next_id += 1;
@@ -3574,6 +3601,23 @@ impl Store {
                 self.opener
             ),
         ))
+    }
+
+    /// durability="none": fdatasync the sealed segments [`Store::roll`] left unsynced
+    /// (those a compaction removed meanwhile are gone: its outputs were synced).
+    fn sync_sealed(&self) -> io::Result<()> {
+        let mut later = self.sealed_unsynced.lock().expect("sealed_unsynced");
+        while let Some(&id) = later.last() {
+            let seg = self.state.read().expect("state").segs.get(&id).cloned();
+            if let Some(seg) = seg {
+                // SAFETY: the Segment (held above) owns its fd, open until it drops.
+                if unsafe { libc::fdatasync(seg.fd) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            later.pop();
+        }
+        Ok(())
     }
 
     /// Segment `seg` is fdatasynced up to `end`: records encoded from now on say so.
