@@ -629,6 +629,7 @@ impl KvStore {
         d.set_item("from_overlay", r.from_overlay)?;
         d.set_item("torn_bytes", r.torn_bytes)?;
         d.set_item("torn_segment", r.torn_segment.clone())?;
+        d.set_item("unsynced_cut", r.unsynced_cut.clone())?;
         d.set_item("skipped", r.skipped.clone())?;
         d.set_item("seconds", r.elapsed.as_secs_f64())?;
         Ok(d)

@@ -31,12 +31,14 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("direct", [False, True], ids=["buffered", "direct"])
 @pytest.mark.parametrize("mode", ["threads", "async"])
-def test_power_cut_rounds(tmp_path: Path, mode: str) -> None:
+def test_power_cut_rounds(tmp_path: Path, mode: str, direct: bool) -> None:
     """durability="sync": every acknowledged write survives a power cut, the write in
-    flight lands whole or not at all, nothing damaged is served."""
-    n = max(ROUNDS // 2, 5)
-    rounds = run_rounds(tmp_path / "store", n, mode, power=True)
+    flight lands whole or not at all, nothing damaged is served — appended with pwrite
+    or with O_DIRECT (block images rewritten in place)."""
+    n = max(ROUNDS // (4 if direct else 2), 5)
+    rounds = run_rounds(tmp_path / "store", n, mode, direct=direct, power=True)
     assert sum(r.acked for r in rounds) > n * 10
     assert rounds[-1].checked_keys > 50
 
@@ -50,6 +52,21 @@ def test_batch_power_cuts_reopen_to_a_point_in_time(tmp_path: Path) -> None:
     rounds = run_rounds(tmp_path / "store", n, "threads", durability="batch", power=True)
     assert sum(r.acked for r in rounds) > n * 10
     assert sum(r.landed for r in rounds) > 0
+
+
+@pytest.mark.timeout(900)
+def test_none_power_cuts_open_without_repair(tmp_path: Path) -> None:
+    """durability="none": a power cut tears segments the log moved on from (nothing
+    syncs them), yet the store opens without repair=True — the log cut where the tear
+    is, the segments after it emptied — serving nothing damaged or invented. Before
+    session 32 `kv.open` raised "corrupt record … open with repair=True" (round 2 here).
+    """
+    n = max(ROUNDS // 2, 5)
+    rounds = run_rounds(tmp_path / "store", n, "threads", durability="none", power=True)
+    assert sum(r.acked for r in rounds) > n * 10
+    # the writer's segments do get torn: the log was cut in an older one at least once
+    cuts = [m for r in rounds for m in r.notes if "a crash of the machine tore" in m]
+    assert cuts or n < 10, [m for r in rounds for m in r.notes]
 
 
 WRITE_SYNC_WAIT = r"""

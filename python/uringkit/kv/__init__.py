@@ -329,7 +329,17 @@ class DB(_Closes, _Reads):
         self.path = path
         rec = store.recovery()
         self.recovery: dict[str, Any] = rec
-        if rec["torn_bytes"]:
+        cut = rec["unsynced_cut"]
+        if cut:
+            warnings.warn(
+                f"{path}: a crash of the machine tore {cut[0]}, written with "
+                f"durability='none' and never synced: the store is back at its last whole "
+                f"record there — {rec['torn_bytes']} bytes of later writes dropped"
+                + (f", {cut[1]} later segment(s) emptied" if cut[1] else ""),
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        elif rec["torn_bytes"]:
             warnings.warn(
                 f"{path}: dropped a torn tail of {rec['torn_bytes']} bytes from "
                 f"{rec['torn_segment']} (a write interrupted by a crash; nothing it held "

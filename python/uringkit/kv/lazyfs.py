@@ -412,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         a.mountpoint,
         foreground=True,
         fsname="lazyfs",
+        hard_remove=True,  # (an unlinked open file is not renamed to .fuse_hidden*)
         attr_timeout=0,
         entry_timeout=0,
         negative_timeout=0,

@@ -109,6 +109,12 @@ impl Header {
             false => 0,
         }
     }
+
+    /// This record's mark names a segment after `seg`: a sync happened after `seg` was
+    /// sealed (ids compared in the mark's 24 bits).
+    pub fn synced_after(&self, seg: u32) -> bool {
+        self.mark_seg != 0 && self.mark_seg > seg & 0xFF_FFFF
+    }
 }
 
 fn put_mark(out: &mut [u8], start: usize, mark: u64) {

@@ -160,6 +160,14 @@ pub struct Recovery {
     pub from_overlay: bool,
     pub torn_bytes: u64,
     pub torn_segment: Option<String>,
+    /// A crash of the machine tore a segment the log had moved on from (never synced:
+    /// durability="none" between syncs): the log was cut at its last whole record —
+    /// `(that segment, how many segments after it were emptied)`, their records all
+    /// written after the cut and never synced either. The store reopens as it was at
+    /// that point, as RocksDB's point-in-time recovery does.
+    pub unsynced_cut: Option<(String, usize)>,
+    /// (the id of that segment, while the open goes on to the ones after it)
+    cut_at: Option<u32>,
     pub skipped: Vec<String>,
     pub elapsed: Duration,
 }
@@ -1214,6 +1222,11 @@ struct Scan<'a> {
     read_only: bool,
     /// repair=True: zstd records whose dictionary is missing or damaged are skipped
     dicts: Option<&'a dict::Usable>,
+    /// An older segment of the log (not a compaction output): the segments appended to
+    /// after it (ids, ascending). A bad record it ends with is a torn tail too when no
+    /// record of theirs says it was synced — durability="none" leaves a sealed segment
+    /// unsynced until the next sync, and a crash of the machine may tear it.
+    later: Option<&'a [u32]>,
 }
 
 impl Store {
@@ -1568,11 +1581,32 @@ impl Store {
         }
         let mut raw: Vec<(u32, i32, u64, bool)> = Vec::new();
         let dicts = opts.repair.then(|| dict::Usable::new(dir));
+        let log: Vec<u32> = ids.iter().copied().filter(|&id| !hinted(id)).collect();
         for &id in &ids {
             let path = dir.join(seg_name(id));
             let fd = open_fd(&path, if ro { libc::O_RDONLY } else { libc::O_RDWR })?;
             guard.0.push(fd);
             let is_newest = Some(id) == newest;
+            if rec.cut_at.is_some_and(|at| id > at) && !hinted(id) {
+                // after a cut of the log in an older segment: written later, never synced
+                let size = sizes.get(&id).copied().unwrap_or(0);
+                let gone = garbage_after(fd, 0, size)?;
+                rec.torn_bytes += gone;
+                if let Some(c) = rec.unsynced_cut.as_mut() {
+                    c.1 += 1;
+                }
+                if !ro && size > 0 {
+                    // SAFETY: fd is open for writing.
+                    if unsafe { libc::ftruncate(fd, 0) } != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // SAFETY: fd is open.
+                    unsafe { libc::fdatasync(fd) };
+                }
+                let size = if ro { size } else { 0 };
+                raw.push((id, fd, size, true));
+                continue;
+            }
             let mut scanned = false;
             let scan = Scan {
                 id,
@@ -1584,6 +1618,13 @@ impl Store {
                 synced: synced.get(&id).copied().unwrap_or(0),
                 read_only: opts.read_only,
                 dicts: dicts.as_ref(),
+                later: {
+                    let after = &log[log.partition_point(|&l| l <= id)..];
+                    // (INDEX recording a later segment with records: it was written
+                    // after this one was sealed, and synced every segment first)
+                    let indexed = after.iter().any(|t| synced.get(t).is_some_and(|&n| n > 0));
+                    (!hinted(id) && !is_newest && !indexed).then_some(after)
+                },
             };
             let skipped = rec.skipped.len();
             let (size, s) = if let Some(&size) = known.get(&id) {
@@ -1921,6 +1962,7 @@ impl Store {
             synced,
             read_only,
             dicts,
+            later,
         } = seg;
         // SAFETY: stat is POD.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -1985,6 +2027,8 @@ impl Store {
         let mut batch: Vec<(usize, Kind, u32, u64, u64, usize)> = Vec::new();
         let mut batch_start: Option<usize> = None;
         let mut good_end = off;
+        // an older segment's records end here, and so does the log (see below)
+        let mut cut_here = false;
         // repair: records skipped for an unreadable dictionary, by reason: (count, bytes,
         // first offset, last offset) — one report each, not one per record
         let mut undecodable: BTreeMap<String, (u64, u64, usize, usize)> = BTreeMap::new();
@@ -2124,7 +2168,9 @@ impl Store {
                 // the roll a crash of the machine undid. Not torn either: bytes below
                 // what INDEX recorded as synced, or what a later record says was synced
                 // when it was written (its durable mark) — that is damage.
-                let torn = newest
+                let zeros = garbage_after(fd, off as u64, size)? == 0;
+                let torn = !zeros
+                    && (newest || later.is_some())
                     && off as u64 >= synced
                     && match Self::synced_claim(data, off, id) {
                         Some((at, n)) => {
@@ -2134,9 +2180,24 @@ impl Store {
                             );
                             false
                         }
-                        None => true,
+                        None => match later {
+                            Some(l) => match Self::synced_later(path, id, off as u64, l)? {
+                                Some(claim) => {
+                                    why += &format!(": not a torn tail, {claim}");
+                                    false
+                                }
+                                None => true,
+                            },
+                            None => true,
+                        },
                     };
-                if torn || garbage_after(fd, off as u64, size)? == 0 {
+                if torn || zeros {
+                    // An older segment torn (no later record says it was synced) is
+                    // where the log ends. (One that ends in zeros is not: they are the
+                    // space allocated ahead as often as pages a crash lost — a store
+                    // closed, or synced, then its cut at the roll undone — and cutting
+                    // there would drop what a sync made durable after it.)
+                    cut_here = torn && !newest;
                     break;
                 }
                 if !repair {
@@ -2220,6 +2281,7 @@ impl Store {
                 rec.torn_bytes += garbage;
                 rec.torn_segment = Some(path.display().to_string());
             }
+
             // SAFETY: fd is open for writing.
             if unsafe { libc::ftruncate(fd, end as i64) } != 0 {
                 return Err(io::Error::last_os_error());
@@ -2232,15 +2294,56 @@ impl Store {
                 unsafe { libc::fdatasync(fd) };
             }
         }
+        if cut_here {
+            // the log ends in an older segment: the open empties the later ones (a
+            // read-only one leaves them, and reads none of their records)
+            rec.cut_at = Some(id);
+            rec.unsynced_cut = Some((path.display().to_string(), 0));
+            if read_only {
+                rec.torn_bytes += garbage_after(fd, end as u64, size)?;
+            }
+        }
         Ok((end as u64, max_seq))
     }
 
-    /// The first valid record of segment `id` after the bad bytes at `bad` whose durable
-    /// mark says they were synced before it was written (its offset, and the mark): it
-    /// makes them damage, not a write a crash tore. None where no record says so.
-    fn synced_claim(data: &[u8], bad: usize, id: u32) -> Option<(usize, u64)> {
+    /// A record in one of the segments `later` (appended to after segment `id`) that
+    /// says the bytes of segment `id` at `bad` were synced: its mark names `id` synced
+    /// past them, or a later segment — a sync after `id` was sealed, which synced it
+    /// whole (since session 32; before, "batch" and "none" left it unsynced, and such a
+    /// store's damage still reads as damage). None where none says so.
+    fn synced_later(path: &Path, id: u32, bad: u64, later: &[u32]) -> io::Result<Option<String>> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for &t in later {
+            let data = match fs::read(dir.join(seg_name(t))) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let claim =
+                Self::first_record(&data, 0, |h| h.synced_in(id) > bad || h.synced_after(id));
+            if let Some((at, h)) = claim {
+                return Ok(Some(format!(
+                    "the record at offset {at} of {} says it was synced ({})",
+                    seg_name(t),
+                    match h.synced_in(id) {
+                        0 => "a later segment was synced after it".to_string(),
+                        n => format!("its first {n} bytes"),
+                    }
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The first valid record at or after `from` in `data` for which `f` holds (its
+    /// offset and header); bad bytes are skipped to the next place a header could start.
+    fn first_record(
+        data: &[u8],
+        from: usize,
+        f: impl Fn(&record::Header) -> bool,
+    ) -> Option<(usize, record::Header)> {
         let magic = record::MAGIC.to_le_bytes();
-        let mut p = bad + 1;
+        let mut p = from;
         while p + HEADER <= data.len() {
             // (skip to the next place a header's magic could be: zeros go by fast)
             match data[p + 4..].windows(2).position(|w| w == magic) {
@@ -2255,14 +2358,20 @@ impl Store {
                 .map(|h| (h, h.total()))
                 .filter(|(_, t)| p + t <= data.len() && record::check(&data[p..p + t]).is_ok());
             match rec {
-                Some((h, _)) if h.synced_in(id) > bad as u64 => {
-                    return Some((p, h.synced_in(id)));
-                }
+                Some((h, _)) if f(&h) => return Some((p, h)),
                 Some((_, t)) => p += t,
                 None => p += 1,
             }
         }
         None
+    }
+
+    /// The first valid record of segment `id` after the bad bytes at `bad` whose durable
+    /// mark says they were synced before it was written (its offset, and the mark): it
+    /// makes them damage, not a write a crash tore. None where no record says so.
+    fn synced_claim(data: &[u8], bad: usize, id: u32) -> Option<(usize, u64)> {
+        Self::first_record(data, bad + 1, |h| h.synced_in(id) > bad as u64)
+            .map(|(p, h)| (p, h.synced_in(id)))
     }
 
     /// Index replayed records in order, hashing them all first and warming the table a
@@ -4321,6 +4430,7 @@ impl Store {
                     synced: 0,
                     read_only: true,
                     dicts: None,
+                    later: None,
                 };
                 let (end, seq) = Self::replay(&path, scan, &mut st.index, &mut rec, &mut dead)?;
                 st.seq = st.seq.max(seq);
@@ -4735,6 +4845,15 @@ impl Store {
             return self.compact_steps(None);
         }
         let copied = copied.map(|_| ());
+        // A record left behind as superseded was superseded by a write that may not be
+        // synced yet (durability "none"/"batch"): the log is made durable before the
+        // old segments go, or a crash of the machine that lost that write would bring
+        // back an older value, or none — a state the store never had. (Until session
+        // 32 it could: found by the power-cut tests, `benches/kv_crash.py --power`.)
+        let copied = match self.opts.durability {
+            Durability::Sync => copied,
+            _ => copied.and_then(|()| self.flushed_commit(true).map(drop)),
+        };
         // 3. the marker makes the swap atomic: from here on, the old segments are gone
         let marker = self.dir.join(COMPACT_MARKER);
         let tmp = self.dir.join(format!("{COMPACT_MARKER}.tmp"));

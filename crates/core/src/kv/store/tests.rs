@@ -902,6 +902,68 @@ fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
 }
 
 #[test]
+fn a_torn_older_segment_of_an_unsynced_store_cuts_the_log_there() {
+    // durability="none": a crash of the machine may tear a segment the log has moved
+    // on from (nothing synced it) and keep pages of the ones after it. The open cuts
+    // the log at the tear and empties the later segments: the store as it was then.
+    let unsynced = Options {
+        durability: Durability::None,
+        ..no_index()
+    };
+    let key = |i: u32| format!("k{i:05}").into_bytes();
+    let write = |d: &Path, sync_late: bool| {
+        let s = Store::open(d, unsynced.clone()).unwrap();
+        for i in 0..3000u32 {
+            s.put(&key(i), &[i as u8; 40]).unwrap();
+            if sync_late && i == 2990 {
+                // a sync after segment 2 was sealed: it synced segment 2 whole, and
+                // the records written after it say so
+                s.sync().unwrap();
+            }
+        }
+        assert!(s.state.read().unwrap().segs.len() >= 4);
+    };
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), false);
+    snapshot::remove(d.path()).unwrap();
+    let offs = flip_in_record(&d.path().join(seg_name(2)), 10, HEADER + 3, 0x10);
+    let first_of_2 = record_offsets(&d.path().join(seg_name(1))).len() as u32;
+    let s = Store::open(d.path(), unsynced.clone()).unwrap();
+    let (cut, emptied) = s.recovery.unsynced_cut.clone().expect("the log was cut");
+    assert!(cut.ends_with(&seg_name(2)), "{cut}");
+    assert!(emptied >= 2, "{emptied}");
+    // everything before the tear, nothing after it: a point in time
+    let kept = first_of_2 + 10;
+    assert_eq!(s.len(), kept as usize);
+    assert!((0..kept).all(|i| s.get(&key(i)).unwrap().is_some()));
+    assert!((kept..3000).all(|i| s.get(&key(i)).unwrap().is_none()));
+    assert_eq!(s.check().unwrap().1.len(), 0);
+    // the cut was made on disk: the next open finds a whole log
+    drop(s);
+    let later = seg_name(3);
+    assert_eq!(fs::metadata(d.path().join(&later)).unwrap().len(), 0);
+    assert_eq!(
+        fs::metadata(d.path().join(seg_name(2))).unwrap().len(),
+        offs[10]
+    );
+    snapshot::remove(d.path()).unwrap();
+    let s = Store::open(d.path(), unsynced.clone()).unwrap();
+    assert!(s.recovery.unsynced_cut.is_none() && s.recovery.torn_bytes == 0);
+    assert_eq!(s.len(), kept as usize);
+    drop(s);
+    // a later record that says segment 2 was synced: its damage is damage
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), true);
+    snapshot::remove(d.path()).unwrap();
+    flip_in_record(&d.path().join(seg_name(2)), 10, HEADER + 3, 0x10);
+    let e = open_err(d.path(), unsynced.clone());
+    assert!(
+        e.contains("not a torn tail") && e.contains("says it was synced"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_store_without_snapshots_still_finds_segments_cut_or_removed() {
     let d = tempfile::tempdir().unwrap();
     write_closed(d.path(), no_index(), 3000, |i| i.to_le_bytes().to_vec());
