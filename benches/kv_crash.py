@@ -12,7 +12,8 @@ landed whole or not at all. Exit status 1 with the broken promise at the first f
 --power makes each kill a power cut too: the store lives on a LazyFS mount
 (uringkit.kv.lazyfs) that loses every byte not fsynced — whatever of it its writeback
 had written stays, torn pages included. "sync" keeps every promise above through that;
-"batch" must reopen to a point in time, "none" to a store with nothing damaged.
+"batch" must reopen to a point in time (one writer), "none" to a store with nothing
+damaged or invented.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def main() -> int:
         "--power",
         action="store_true",
         help="each kill is a power cut too: the store is on a LazyFS mount that loses what "
-        "was not fsynced (root, /dev/fuse, mfusepy). sync: every promise above; batch and "
-        "none (--mode threads): the store reopens to a point in the writer's operations",
+        "was not fsynced (root, /dev/fuse, mfusepy). sync: every promise above; batch "
+        "(--mode threads): the store reopens to a point in the writer's operations; none, "
+        "or batch with --mode async: it opens, nothing damaged or invented",
     )
     ap.add_argument("--json", action="store_true", help="one JSON summary on stdout")
     a = ap.parse_args()
