@@ -2168,7 +2168,9 @@ impl Store {
                 // the roll a crash of the machine undid. Not torn either: bytes below
                 // what INDEX recorded as synced, or what a later record says was synced
                 // when it was written (its durable mark) — that is damage.
-                let zeros = garbage_after(fd, off as u64, size)? == 0;
+                // (an older segment's zero tail is known first: judging it torn would
+                // read every later segment)
+                let zeros = later.is_some() && garbage_after(fd, off as u64, size)? == 0;
                 let torn = !zeros
                     && (newest || later.is_some())
                     && off as u64 >= synced
@@ -2191,7 +2193,7 @@ impl Store {
                             None => true,
                         },
                     };
-                if torn || zeros {
+                if torn || zeros || garbage_after(fd, off as u64, size)? == 0 {
                     // An older segment torn (no later record says it was synced) is
                     // where the log ends. (One that ends in zeros is not: they are the
                     // space allocated ahead as often as pages a crash lost — a store
