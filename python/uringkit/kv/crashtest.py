@@ -289,9 +289,17 @@ def check(path: Path, model: Model, pending: dict[str, Ops], rnd: Round) -> Mode
             landed = all(db.get(k) == after[k] for k in keys)
             missed = all(db.get(k) == model.get(k) for k in keys)
             if not (landed or missed):
+                odd = [(k, db.get(k), model.get(k)) for k in keys]
+                odd = [o for o in odd if o[1] not in (after[o[0]], o[2])]
                 raise CrashCheckFailed(
-                    f"round {rnd.seed}: writer {task}'s in-flight operation is half applied: "
-                    f"{ops!r}"
+                    f"round {rnd.seed}: writer {task}'s in-flight operation is half applied"
+                    + (
+                        f", or a write before it lost: {odd[0][0]!r} reads {odd[0][1]!r}, "
+                        f"neither what was acknowledged ({odd[0][2]!r}) nor the new value"
+                        if odd
+                        else ""
+                    )
+                    + f": {ops!r}"
                 )
             if landed:
                 model = after
@@ -425,7 +433,7 @@ def run_rounds(
 
         mount = Mount(f"{path}-disk", f"{path}-mnt")
         path = Path(mount.mountpoint) / path.name
-        mount.up(seed=0, writeback=0.5)
+        mount.up(seed=0, writeback=0.5, lazy_names=True)
     model: Model = {}
     done: list[Round] = []
     try:
@@ -437,7 +445,8 @@ def run_rounds(
             if mount is not None:
                 # what the disk kept, mounted again: the check's writes (a cut tail, INDEX)
                 # and the next round's are volatile until synced, as the writer's were
-                mount.up(seed=seed + 1, writeback=random.Random(seed).choice([0, 0.1, 0.5, 2]))
+                wb = random.Random(seed).choice([0, 0.1, 0.5, 2])
+                mount.up(seed=seed + 1, writeback=wb, lazy_names=True)
             rnd.acked = len(acked)
             rnd.in_flight = len(pending)
             if not acked:

@@ -15,11 +15,14 @@ the store is put on this filesystem, whose page cache is the memory of its own p
   The mount then answers ENOTCONN until it is detached; mounting the backing directory
   again shows what survived.
 
-Metadata (create, rename, unlink, link, truncate, fallocate, mkdir) goes to the disk at
-once, as a journaling filesystem orders it ahead of the data written after it; only
-file contents are volatile. `python -m uringkit.kv.lazyfs BACKING MOUNTPOINT` runs it in
-the foreground (root, or a user allowed to mount FUSE; needs libfuse 3 and mfusepy).
-Used by `uringkit.kv.crashtest` (`power=True`) and `benches/kv_crash.py --power`.
+Names (create, rename, unlink, link, mkdir, rmdir) go to the disk at once, or — with
+`--lazy-names`, as the crash tests mount it — are volatile too until a directory is
+fsynced: the mount after a crash undoes a random number of the newest ones not yet
+synced (`_Journal`). Sizes (truncate, fallocate) go to the disk at once.
+
+`python -m uringkit.kv.lazyfs BACKING MOUNTPOINT` runs it in the foreground (root, or
+a user allowed to mount FUSE; needs libfuse 3 and mfusepy). Used by
+`uringkit.kv.crashtest` (`power=True`) and `benches/kv_crash.py --power`.
 """
 
 from __future__ import annotations
@@ -28,8 +31,12 @@ import argparse
 import ctypes
 import ctypes.util
 import errno
+import json
 import os
 import random
+import shutil
+import stat
+import sys
 import threading
 import time
 from typing import Any
@@ -61,16 +68,87 @@ def _libc_fallocate() -> Any:
     return f
 
 
+class _Journal:
+    """Names not yet made durable (`metadata="lazy"`): every create, unlink, rename,
+    link, mkdir and rmdir is applied to the disk at once and its undo appended to a
+    journal beside it (`<backing>.meta`; a file replaced or removed is kept under
+    `<backing>.stash/` meanwhile). An fsync of a directory commits everything before it
+    (one journal for the filesystem, as ext4's). The next mount undoes a random number
+    of the operations after the last commit, newest first: the crash kept a prefix of
+    them. An fsync of a file commits nothing: a new file's name needs its directory
+    synced (POSIX; ext4 is kinder)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.stash = root + ".stash"
+        os.makedirs(self.stash, exist_ok=True)
+        self.fd = os.open(root + ".meta", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.stashed: list[str] = []
+        self.n = 0
+
+    def note(self, *steps: list[str]) -> None:
+        """One operation: its undo steps, run in order."""
+        os.write(self.fd, (json.dumps([list(st) for st in steps]) + "\n").encode())
+
+    def keep(self, path: str) -> str:
+        """A hard link to the file at `path` (about to be replaced or removed)."""
+        self.n += 1
+        name = os.path.join(self.stash, f"{os.getpid()}-{self.n}")
+        os.link(path, name)
+        self.stashed.append(name)
+        return name
+
+    def commit(self) -> None:
+        os.write(self.fd, b"commit\n")
+        for name in self.stashed:
+            os.unlink(name)
+        self.stashed.clear()
+
+    @staticmethod
+    def recover(root: str, rng: random.Random) -> int:
+        """At mount, after a crash: undo a random suffix of the uncommitted operations.
+        Returns how many were undone."""
+        try:
+            with open(root + ".meta") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return 0
+        last = max((i for i, ln in enumerate(lines) if ln == "commit"), default=-1)
+        pending = [json.loads(ln) for ln in lines[last + 1 :] if ln.startswith("[")]
+        k = rng.randint(0, len(pending))
+        if pending:
+            print(f"lazyfs: the crash kept {len(pending) - k} of the {len(pending)} name "
+                  "operations not yet synced", file=sys.stderr, flush=True)  # fmt: skip
+        for steps in reversed(pending[len(pending) - k :]):
+            for op, *args in steps:
+                a = [os.path.join(root, x) if not x.startswith("/") else x for x in args]
+                if op == "unlink":
+                    os.unlink(a[0])
+                elif op == "rmdir":
+                    os.rmdir(a[0])
+                elif op == "mkdir":
+                    os.mkdir(a[0])
+                elif op == "rename":
+                    os.rename(a[0], a[1])
+        os.unlink(root + ".meta")
+        shutil.rmtree(root + ".stash", ignore_errors=True)
+        return k
+
+
 class LazyFS:
     """The filesystem's operations (mfusepy's high-level API, paths relative to the
     backing directory `root`). `writeback`: the mean number of dirty pages the
     writeback thread writes per millisecond (0: none — a power cut loses every unsynced
-    byte); `seed` makes its choices repeatable."""
+    byte); `seed` makes its choices repeatable; `lazy_names`: names are volatile too
+    until their directory is synced (`_Journal`)."""
 
     use_ns = True
 
-    def __init__(self, root: str, seed: int = 0, writeback: float = 0.5) -> None:
+    def __init__(
+        self, root: str, seed: int = 0, writeback: float = 0.5, lazy_names: bool = False
+    ) -> None:
         self.root = os.path.realpath(root)
+        self.journal = _Journal(self.root) if lazy_names else None
         self.lock = threading.Lock()
         self.files: dict[int, _File] = {}  # backing inode -> state
         self.handles: dict[int, int] = {}  # file handle -> backing inode
@@ -166,10 +244,25 @@ class LazyFS:
         return {k: getattr(st, k) for k in _STATVFS}
 
     def mkdir(self, path: str, mode: int) -> int:
-        return _call(os.mkdir, self._p(path), mode)
+        with self.lock:
+            _call(os.mkdir, self._p(path), mode)
+            self._note(["rmdir", path])
+            return 0
 
     def rmdir(self, path: str) -> int:
-        return _call(os.rmdir, self._p(path))
+        with self.lock:
+            _call(os.rmdir, self._p(path))
+            self._note(["mkdir", path])
+            return 0
+
+    def _note(self, *steps: list[str]) -> None:
+        # (paths in the filesystem are kept relative to the disk, stashed files absolute)
+        j = self.journal
+        if j is not None:
+            j.note(*[[st[0], *(_rel(x, j.stash) for x in st[1:])] for st in steps])
+
+    def _keep(self, p: str) -> str | None:
+        return self.journal.keep(p) if self.journal is not None else None
 
     def chmod(self, path: str, mode: int) -> int:
         return _call(os.chmod, self._p(path), mode)
@@ -181,7 +274,10 @@ class LazyFS:
         return _call(os.utime, self._p(path), ns=times)
 
     def symlink(self, target: str, source: str) -> int:
-        return _call(os.symlink, source, self._p(target))
+        with self.lock:
+            _call(os.symlink, source, self._p(target))
+            self._note(["unlink", target])
+            return 0
 
     def readlink(self, path: str) -> str:
         try:
@@ -190,7 +286,10 @@ class LazyFS:
             raise _err(e) from None
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
-        return 0  # metadata is on the disk already
+        with self.lock:
+            if self.journal is not None:
+                self.journal.commit()
+            return 0
 
     # -- names --------------------------------------------------------------------------
 
@@ -199,9 +298,12 @@ class LazyFS:
             p = self._p(path)
             try:
                 st = os.lstat(p)
+                kept = self._keep(p)
                 os.unlink(p)
             except OSError as e:
                 raise _err(e) from None
+            if kept is not None:
+                self._note(["rename", kept, path])
             f = self.files.get(st.st_ino)
             if f is not None and st.st_nlink <= 1 and f.opens == 0:
                 self._forget(st.st_ino)
@@ -216,9 +318,18 @@ class LazyFS:
                 raise _oserr(errno.EEXIST)
             try:
                 gone = os.lstat(dst) if os.path.lexists(dst) else None
+                kept = None
+                if gone is not None and not stat.S_ISDIR(gone.st_mode):
+                    kept = self._keep(dst)
                 os.rename(src, dst)
             except OSError as e:
                 raise _err(e) from None
+            undo = [["rename", new, old]]
+            if kept is not None:
+                undo.append(["rename", kept, new])
+            elif gone is not None:
+                undo.append(["mkdir", new])  # (an empty directory it replaced)
+            self._note(*undo)
             if gone is not None and gone.st_nlink <= 1:
                 f = self.files.get(gone.st_ino)
                 if f is not None and f.opens == 0:
@@ -226,7 +337,10 @@ class LazyFS:
             return 0
 
     def link(self, target: str, source: str) -> int:
-        return _call(os.link, self._p(source), self._p(target))
+        with self.lock:
+            _call(os.link, self._p(source), self._p(target))
+            self._note(["unlink", target])
+            return 0
 
     def _forget(self, ino: int) -> None:
         f = self.files.pop(ino)
@@ -263,9 +377,11 @@ class LazyFS:
     def create(self, path: str, mode: int, flags: int = 0) -> int:
         with self.lock:
             try:
-                return self._open(self._p(path), flags | os.O_CREAT, mode)
+                fh = self._open(self._p(path), flags | os.O_CREAT, mode)
             except OSError as e:
                 raise _err(e) from None
+            self._note(["unlink", path])
+            return fh
 
     def release(self, path: str, fh: int) -> int:
         with self.lock:
@@ -370,6 +486,10 @@ _STATVFS = (
 )  # fmt: skip
 
 
+def _rel(path: str, stash: str) -> str:
+    return path if path.startswith(stash) else path.lstrip("/")
+
+
 def _oserr(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
@@ -399,7 +519,13 @@ def main(argv: list[str] | None = None) -> None:
         "--writeback", type=float, default=0.5,
         help="dirty pages written back per ms on average (0: none)",
     )  # fmt: skip
+    ap.add_argument(
+        "--lazy-names", action="store_true",
+        help="names (create, rename, unlink…) are volatile too until their directory is "
+        "fsynced: the mount after a crash undoes a random suffix of those not yet synced",
+    )  # fmt: skip
     a = ap.parse_args(argv)
+    _Journal.recover(os.path.realpath(a.backing), random.Random(a.seed))
     import mfusepy  # type: ignore[import-untyped]
 
     class _Fuse(mfusepy.FUSE):  # type: ignore[misc]
@@ -408,7 +534,7 @@ def main(argv: list[str] | None = None) -> None:
             return int(self.operations.rename(old.decode(), new.decode(), flags))
 
     _Fuse(
-        LazyFS(a.backing, a.seed, a.writeback),
+        LazyFS(a.backing, a.seed, a.writeback, a.lazy_names),
         a.mountpoint,
         foreground=True,
         fsname="lazyfs",
@@ -434,9 +560,8 @@ class Mount:
         os.makedirs(self.mountpoint, exist_ok=True)
         self.proc: Any = None
 
-    def up(self, seed: int = 0, writeback: float = 0.5) -> None:
+    def up(self, seed: int = 0, writeback: float = 0.5, lazy_names: bool = False) -> None:
         import subprocess
-        import sys
 
         # (its messages go to a file beside the disk: a pipe nobody reads would fill
         # and stop the filesystem)
@@ -444,7 +569,8 @@ class Mount:
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "uringkit.kv.lazyfs", self.backing, self.mountpoint,
-                 "--seed", str(seed), "--writeback", str(writeback)],
+                 "--seed", str(seed), "--writeback", str(writeback)]
+                + (["--lazy-names"] if lazy_names else []),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             )  # fmt: skip
         deadline = time.monotonic() + 20
