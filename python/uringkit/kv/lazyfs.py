@@ -86,9 +86,15 @@ class _Journal:
         self.stashed: list[str] = []
         self.n = 0
 
-    def note(self, *steps: list[str]) -> None:
-        """One operation: its undo steps, run in order."""
+    def note(self, *steps: list[Any]) -> None:
+        """One operation about to be made: its undo steps, run in order. (Written first:
+        a crash between the two leaves an undo for what did not happen, which `recover`
+        recognises and skips.)"""
         os.write(self.fd, (json.dumps([list(st) for st in steps]) + "\n").encode())
+
+    def void(self) -> None:
+        """The operation just noted failed: nothing to undo."""
+        os.write(self.fd, b"void\n")
 
     def keep(self, path: str) -> str:
         """A hard link to the file at `path` (about to be replaced or removed)."""
@@ -114,21 +120,30 @@ class _Journal:
         except FileNotFoundError:
             return 0
         last = max((i for i, ln in enumerate(lines) if ln == "commit"), default=-1)
-        pending = [json.loads(ln) for ln in lines[last + 1 :] if ln.startswith("[")]
+        pending: list[Any] = []
+        for ln in lines[last + 1 :]:
+            if ln == "void" and pending:
+                pending.pop()
+            elif ln.startswith("["):
+                pending.append(json.loads(ln))
         k = rng.randint(0, len(pending))
         if pending:
             print(f"lazyfs: the crash kept {len(pending) - k} of the {len(pending)} name "
                   "operations not yet synced", file=sys.stderr, flush=True)  # fmt: skip
         for steps in reversed(pending[len(pending) - k :]):
             for op, *args in steps:
+                ino = args.pop() if op == "rename" and len(args) == 3 else None
                 a = [os.path.join(root, x) if not x.startswith("/") else x for x in args]
-                if op == "unlink":
+                # (each undo only where its operation happened: the crash may have come
+                # between the journal's line and the operation)
+                here = os.path.lexists(a[0])
+                if op == "unlink" and here:
                     os.unlink(a[0])
-                elif op == "rmdir":
+                elif op == "rmdir" and here:
                     os.rmdir(a[0])
-                elif op == "mkdir":
+                elif op == "mkdir" and not here:
                     os.mkdir(a[0])
-                elif op == "rename":
+                elif op == "rename" and here and (ino is None or os.lstat(a[0]).st_ino == ino):
                     os.rename(a[0], a[1])
         os.unlink(root + ".meta")
         shutil.rmtree(root + ".stash", ignore_errors=True)
@@ -149,7 +164,7 @@ class LazyFS:
     ) -> None:
         self.root = os.path.realpath(root)
         self.journal = _Journal(self.root) if lazy_names else None
-        self.lock = threading.Lock()
+        self.mutex = threading.Lock()
         self.files: dict[int, _File] = {}  # backing inode -> state
         self.handles: dict[int, int] = {}  # file handle -> backing inode
         self.next_fh = 1
@@ -209,13 +224,13 @@ class LazyFS:
     def _writeback_loop(self) -> None:
         while True:
             time.sleep(self.rng.expovariate(self.writeback) / 1000)
-            with self.lock:
+            with self.mutex:
                 self._writeback_once()
 
     # -- attributes and directories -----------------------------------------------------
 
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
-        with self.lock:
+        with self.mutex:
             try:
                 if fh is not None and fh in self.handles:
                     st = os.fstat(self._file(fh).fd)
@@ -244,22 +259,29 @@ class LazyFS:
         return {k: getattr(st, k) for k in _STATVFS}
 
     def mkdir(self, path: str, mode: int) -> int:
-        with self.lock:
-            _call(os.mkdir, self._p(path), mode)
-            self._note(["rmdir", path])
-            return 0
+        with self.mutex:
+            return self._noted(os.mkdir, (self._p(path), mode), ["rmdir", path])
 
     def rmdir(self, path: str) -> int:
-        with self.lock:
-            _call(os.rmdir, self._p(path))
-            self._note(["mkdir", path])
-            return 0
+        with self.mutex:
+            return self._noted(os.rmdir, (self._p(path),), ["mkdir", path])
 
-    def _note(self, *steps: list[str]) -> None:
+    def _note(self, *steps: list[Any]) -> None:
         # (paths in the filesystem are kept relative to the disk, stashed files absolute)
         j = self.journal
         if j is not None:
             j.note(*[[st[0], *(_rel(x, j.stash) for x in st[1:])] for st in steps])
+
+    def _noted(self, fn: Any, args: tuple[Any, ...], *undo: list[Any]) -> int:
+        """`fn(*args)`, its `undo` journaled first (and voided if it fails)."""
+        self._note(*undo)
+        try:
+            fn(*args)
+        except OSError as e:
+            if self.journal is not None:
+                self.journal.void()
+            raise _err(e) from None
+        return 0
 
     def _keep(self, p: str) -> str | None:
         return self.journal.keep(p) if self.journal is not None else None
@@ -274,10 +296,8 @@ class LazyFS:
         return _call(os.utime, self._p(path), ns=times)
 
     def symlink(self, target: str, source: str) -> int:
-        with self.lock:
-            _call(os.symlink, source, self._p(target))
-            self._note(["unlink", target])
-            return 0
+        with self.mutex:
+            return self._noted(os.symlink, (source, self._p(target)), ["unlink", target])
 
     def readlink(self, path: str) -> str:
         try:
@@ -286,7 +306,7 @@ class LazyFS:
             raise _err(e) from None
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
-        with self.lock:
+        with self.mutex:
             if self.journal is not None:
                 self.journal.commit()
             return 0
@@ -294,42 +314,41 @@ class LazyFS:
     # -- names --------------------------------------------------------------------------
 
     def unlink(self, path: str) -> int:
-        with self.lock:
+        with self.mutex:
             p = self._p(path)
             try:
                 st = os.lstat(p)
                 kept = self._keep(p)
-                os.unlink(p)
             except OSError as e:
                 raise _err(e) from None
-            if kept is not None:
-                self._note(["rename", kept, path])
+            undo = [["rename", kept, path]] if kept is not None else []
+            self._noted(os.unlink, (p,), *undo)
             f = self.files.get(st.st_ino)
             if f is not None and st.st_nlink <= 1 and f.opens == 0:
                 self._forget(st.st_ino)
             return 0
 
     def rename(self, old: str, new: str, flags: int = 0) -> int:
-        with self.lock:
+        with self.mutex:
             src, dst = self._p(old), self._p(new)
             if flags & ~1:  # RENAME_EXCHANGE, RENAME_WHITEOUT: not offered
                 raise _oserr(errno.EINVAL)
             if flags & 1 and os.path.lexists(dst):  # RENAME_NOREPLACE
                 raise _oserr(errno.EEXIST)
             try:
+                moved = os.lstat(src)
                 gone = os.lstat(dst) if os.path.lexists(dst) else None
                 kept = None
                 if gone is not None and not stat.S_ISDIR(gone.st_mode):
                     kept = self._keep(dst)
-                os.rename(src, dst)
             except OSError as e:
                 raise _err(e) from None
-            undo = [["rename", new, old]]
+            undo: list[list[Any]] = [["rename", new, old, moved.st_ino]]
             if kept is not None:
                 undo.append(["rename", kept, new])
             elif gone is not None:
                 undo.append(["mkdir", new])  # (an empty directory it replaced)
-            self._note(*undo)
+            self._noted(os.rename, (src, dst), *undo)
             if gone is not None and gone.st_nlink <= 1:
                 f = self.files.get(gone.st_ino)
                 if f is not None and f.opens == 0:
@@ -337,10 +356,8 @@ class LazyFS:
             return 0
 
     def link(self, target: str, source: str) -> int:
-        with self.lock:
-            _call(os.link, self._p(source), self._p(target))
-            self._note(["unlink", target])
-            return 0
+        with self.mutex:
+            return self._noted(os.link, (self._p(source), self._p(target)), ["unlink", target])
 
     def _forget(self, ino: int) -> None:
         f = self.files.pop(ino)
@@ -365,7 +382,7 @@ class LazyFS:
         return fh
 
     def open(self, path: str, flags: int) -> int:
-        with self.lock:
+        with self.mutex:
             try:
                 fh = self._open(self._p(path), flags)
             except OSError as e:
@@ -375,16 +392,17 @@ class LazyFS:
             return fh
 
     def create(self, path: str, mode: int, flags: int = 0) -> int:
-        with self.lock:
-            try:
-                fh = self._open(self._p(path), flags | os.O_CREAT, mode)
-            except OSError as e:
-                raise _err(e) from None
+        with self.mutex:
             self._note(["unlink", path])
-            return fh
+            try:
+                return self._open(self._p(path), flags | os.O_CREAT, mode)
+            except OSError as e:
+                if self.journal is not None:
+                    self.journal.void()
+                raise _err(e) from None
 
     def release(self, path: str, fh: int) -> int:
-        with self.lock:
+        with self.mutex:
             ino = self.handles.pop(fh)
             f = self.files[ino]
             f.opens -= 1
@@ -399,7 +417,7 @@ class LazyFS:
         return self.files[self.handles[fh]]
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
-        with self.lock:
+        with self.mutex:
             f = self._file(fh)
             end = min(offset + size, f.size)
             if end <= offset:
@@ -413,7 +431,7 @@ class LazyFS:
             return bytes(out)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
-        with self.lock:
+        with self.mutex:
             f = self._file(fh)
             pos, end = offset, offset + len(data)
             while pos < end:
@@ -426,7 +444,7 @@ class LazyFS:
             return len(data)
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
-        with self.lock:
+        with self.mutex:
             self._flush(self._file(fh))
             return 0
 
@@ -443,7 +461,7 @@ class LazyFS:
         f.size = length
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
-        with self.lock:
+        with self.mutex:
             if fh is not None and fh in self.handles:
                 self._truncate(self._file(fh), length)
                 return 0
@@ -460,7 +478,7 @@ class LazyFS:
             return 0
 
     def fallocate(self, path: str, mode: int, offset: int, size: int, fh: int) -> int:
-        with self.lock:
+        with self.mutex:
             f = self._file(fh)
             if self._fallocate(f.fd, mode, offset, size) != 0:
                 raise _oserr(ctypes.get_errno())
@@ -486,8 +504,10 @@ _STATVFS = (
 )  # fmt: skip
 
 
-def _rel(path: str, stash: str) -> str:
-    return path if path.startswith(stash) else path.lstrip("/")
+def _rel(path: Any, stash: str) -> Any:
+    if not isinstance(path, str) or path.startswith(stash):
+        return path  # (an inode number, or a stashed file: as it is)
+    return path.lstrip("/")
 
 
 def _oserr(code: int) -> OSError:
