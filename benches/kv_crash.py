@@ -12,8 +12,8 @@ landed whole or not at all. Exit status 1 with the broken promise at the first f
 --power makes each kill a power cut too: the store lives on a LazyFS mount
 (uringkit.kv.lazyfs) that loses every byte not fsynced — whatever of it its writeback
 had written stays, torn pages included. "sync" keeps every promise above through that;
-"batch" must reopen to a point in time (one writer), "none" to a store with nothing
-damaged or invented.
+"batch" and "none" must reopen to a point in time (mode threads: one writer's order);
+with mode async, to a store with nothing damaged or invented.
 """
 
 from __future__ import annotations

@@ -59,8 +59,11 @@ def test_batch_power_cuts_reopen_to_a_point_in_time(tmp_path: Path) -> None:
 def test_none_power_cuts_open_without_repair(tmp_path: Path) -> None:
     """durability="none": a power cut tears segments the log moved on from (nothing
     syncs them), yet the store opens without repair=True — the log cut where the tear
-    is, the segments after it emptied — serving nothing damaged or invented. Before
-    session 32 `kv.open` raised "corrupt record … open with repair=True" (round 2 here).
+    is, the segments after it emptied — serving nothing damaged or invented, at a point
+    in time (one writer thread: a prefix of its operations). Before session 32 `kv.open`
+    raised "corrupt record … open with repair=True" (round 2 here); before session 33 a
+    segment whose tail was lost whole (zeros, or a shorter file) went unseen and some
+    rounds came back with later writes kept and earlier ones lost.
     """
     n = max(ROUNDS // 2, 5)
     rounds = run_rounds(tmp_path / "store", n, "threads", durability="none", power=True)

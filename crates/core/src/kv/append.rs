@@ -338,6 +338,20 @@ impl Appender {
         self.append_plain(data, off, sync)
     }
 
+    /// Write `data` at the start of a fresh segment (its seal record) as it is: no
+    /// space allocated or zero-filled ahead, no fdatasync. The writes after it do
+    /// that as they come; a segment nothing else is written to (a compaction's roll,
+    /// then a close) stays `data` long.
+    pub fn write_head(&mut self, data: &[u8]) -> io::Result<()> {
+        if self.direct.is_some() {
+            return self.append_direct(data, 0, false);
+        }
+        self.append_plain(data, 0, false)?;
+        // (what a zero-fill or allocation ahead starts from: never over it)
+        self.filled = self.filled.max(data.len() as u64);
+        Ok(())
+    }
+
     /// O_DIRECT: rewrite the partial block at `off` with the new data after it, in whole
     /// blocks (zero padded), from the aligned staging buffer — through the ring when there
     /// is one. The file's size then runs ahead of the data to the block boundary; that

@@ -5,7 +5,8 @@
 //!      0    4 crc32c   over bytes 4..end of record (rest of header, key, value)
 //!      4    2 magic    0x5856 ("XV")
 //!      6    1 version  1
-//!      7    1 type     1 PUT, 2 DELETE, 3 COMMIT
+//!      7    1 type     1 PUT, 2 DELETE, 3 COMMIT (with no records and the key
+//!                      "seal" + u32 id + u64 length: a seal record, see encode_seal)
 //!      6    1 version  2: the same, with a compressed value (flags bit 1 or 2)
 //!      8    1 flags    bit 0: part of a batch (visible only once its COMMIT is read)
 //!                      bit 1: the value is LZ4-compressed: u32 length, then an LZ4 block
@@ -174,6 +175,42 @@ pub fn encode_commit(out: &mut Vec<u8>, seq: u64, count: u32, mark: u64) {
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// The key of a seal record: this tag, then the sealed segment's id (u32) and length
+/// (u64), little-endian.
+pub const SEAL_TAG: &[u8; 4] = b"seal";
+/// A seal record's size: a header and its 16-byte key.
+pub const SEAL_LEN: usize = HEADER + 16;
+
+/// The seal record that starts a segment the log rolled to: a COMMIT of no records
+/// (a build that does not know it reads an empty batch) whose key says how long the
+/// previous segment, `prev`, was when it was sealed. Recovery compares it with what the
+/// disk kept of that segment: a tail lost to a crash of the machine is then known, even
+/// where it reads as zeros or the file came back shorter.
+pub fn encode_seal(out: &mut Vec<u8>, prev: u32, len: u64, mark: u64) {
+    let mut key = [0u8; 16];
+    key[..4].copy_from_slice(SEAL_TAG);
+    key[4..8].copy_from_slice(&prev.to_le_bytes());
+    key[8..].copy_from_slice(&len.to_le_bytes());
+    encode(out, Kind::Commit, 0, 0, &key, &[], mark);
+}
+
+/// The (sealed segment, its length) that `rec` records, if it is a whole seal record
+/// with a valid CRC.
+pub fn parse_seal(rec: &[u8]) -> Option<(u32, u64)> {
+    let h = parse_header(rec).ok()?;
+    let key = rec.get(HEADER..SEAL_LEN)?;
+    let seal = h.kind == Kind::Commit
+        && h.val_len == 0
+        && h.flags == 0
+        && h.key_len as usize == SEAL_LEN - HEADER
+        && key[..4] == SEAL_TAG[..]
+        && check(&rec[..SEAL_LEN]).is_ok();
+    seal.then(|| {
+        let id = u32::from_le_bytes(key[4..8].try_into().expect("4"));
+        (id, u64::from_le_bytes(key[8..].try_into().expect("8")))
+    })
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Bad {
     /// Fewer bytes than a header or than the header announces: a torn write.
@@ -309,6 +346,26 @@ mod tests {
         assert!(decompress(&[1, 2]).is_err());
         assert!(decompress(&[0xff, 0xff, 0xff, 0xff, 0]).is_err());
         assert!(decompress(&[16, 0, 0, 0, 0xf0, 1]).is_err());
+    }
+
+    #[test]
+    fn seal_records() {
+        let mut v = Vec::new();
+        encode_seal(&mut v, 7, 3 << 30, mark(7, 100));
+        assert_eq!(v.len(), SEAL_LEN);
+        let h = parse_header(&v).unwrap();
+        // an empty batch to a reader that knows no seal records
+        assert_eq!((h.kind, h.val_len, h.total()), (Kind::Commit, 0, SEAL_LEN));
+        assert_eq!(h.synced_in(7), 100);
+        assert_eq!(parse_seal(&v), Some((7, 3 << 30)));
+        assert_eq!(parse_seal(&v[..SEAL_LEN - 1]), None, "short");
+        let mut bad = v.clone();
+        bad[SEAL_LEN - 1] ^= 1;
+        assert_eq!(parse_seal(&bad), None, "bad CRC");
+        let mut c = Vec::new();
+        encode_commit(&mut c, 9, 0, 0);
+        encode(&mut c, Kind::Put, 0, 9, b"seal0123", b"", 0);
+        assert_eq!(parse_seal(&c), None, "a batch's COMMIT is no seal");
     }
 
     #[test]

@@ -1969,8 +1969,21 @@ impl Store {
         // SAFETY: fd is open; st is a valid out pointer.
         unsafe { libc::fstat(fd, &mut st) };
         let size = st.st_size as u64;
+        // how long the segment was sealed (an older segment of the log, rolled past
+        // since session 33): records ending short of it lost their tail to a crash
+        let sealed = match later {
+            Some(l) => Self::sealed_length(path, id, l)?,
+            None => None,
+        };
         if from >= size {
             // nothing after what the snapshot covers (a clean reopen): nothing to map
+            // (or an older segment that came back empty)
+            if let Some((l, later)) = sealed.filter(|&l| size < l).zip(later) {
+                if Self::lost_tail(path, id, size, l, synced, later, repair, rec)? {
+                    rec.cut_at = Some(id);
+                    rec.unsynced_cut = Some((path.display().to_string(), 0));
+                }
+            }
             return Ok((from, 0));
         }
         if zeros_end_it && newest {
@@ -2029,6 +2042,8 @@ impl Store {
         let mut good_end = off;
         // an older segment's records end here, and so does the log (see below)
         let mut cut_here = false;
+        // damage found short of the length the segment was sealed at (reported there)
+        let mut short_seen = false;
         // repair: records skipped for an unreadable dictionary, by reason: (count, bytes,
         // first offset, last offset) — one report each, not one per record
         let mut undecodable: BTreeMap<String, (u64, u64, usize, usize)> = BTreeMap::new();
@@ -2170,7 +2185,10 @@ impl Store {
                 // when it was written (its durable mark) — that is damage.
                 // (an older segment's zero tail is known first: judging it torn would
                 // read every later segment)
-                let zeros = later.is_some() && garbage_after(fd, off as u64, size)? == 0;
+                // (zeros where the next segment's seal record says records were: the
+                // pages of a tail a crash lost)
+                let short = sealed.is_some_and(|l| (off as u64) < l);
+                let zeros = later.is_some() && !short && garbage_after(fd, off as u64, size)? == 0;
                 let torn = !zeros
                     && (newest || later.is_some())
                     && off as u64 >= synced
@@ -2193,7 +2211,14 @@ impl Store {
                             None => true,
                         },
                     };
-                if torn || zeros || garbage_after(fd, off as u64, size)? == 0 {
+                if short && !torn {
+                    short_seen = true;
+                    why += &format!(
+                        " (the segment after it says it was sealed at {} bytes)",
+                        sealed.unwrap_or(0)
+                    );
+                }
+                if torn || zeros || (!short && garbage_after(fd, off as u64, size)? == 0) {
                     // An older segment torn (no later record says it was synced) is
                     // where the log ends. (One that ends in zeros is not: they are the
                     // space allocated ahead as often as pages a crash lost — a store
@@ -2237,6 +2262,14 @@ impl Store {
         }
         Self::apply_all(index, &ready, dead);
         drop(ready);
+        if let Some((l, later)) = sealed.zip(later) {
+            // the records run to the file's end (or to a hole), short of the length
+            // it was sealed at: the file came back shorter than it was written
+            let at = data.len() as u64;
+            if !cut_here && !short_seen && off >= data.len() && at < l {
+                cut_here = Self::lost_tail(path, id, at, l, synced, later, repair, rec)?;
+            }
+        }
         for (why, (n, bytes, first, last)) in undecodable {
             rec.skipped.push(match n {
                 1 => format!(
@@ -2306,6 +2339,65 @@ impl Store {
             }
         }
         Ok((end as u64, max_seq))
+    }
+
+    /// How long segment `id` was when the log rolled past it, as the seal record that
+    /// starts the next segment of the log says ([`record::encode_seal`]). None when no
+    /// seal record names it: a store written before session 33, a segment whose seal
+    /// record could not be written, or a partial compaction removed it.
+    fn sealed_length(path: &Path, id: u32, later: &[u32]) -> io::Result<Option<u64>> {
+        let Some(&next) = later.first() else {
+            return Ok(None);
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let f = match fs::File::open(dir.join(seg_name(next))) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut head = [0u8; record::SEAL_LEN];
+        let n = pread_exact(f.as_raw_fd(), &mut head, 0)?;
+        Ok(record::parse_seal(&head[..n])
+            .filter(|&(prev, _)| prev == id)
+            .map(|(_, len)| len))
+    }
+
+    /// Older segment `id` holds records up to `at`, short of the length `sealed` it was
+    /// sealed at: the crash of a machine lost its tail (pages never written back, or a
+    /// size never made durable). True when nothing says those bytes were synced — the
+    /// log then ends here, as at a torn record — and otherwise the loss is damage: an
+    /// error naming what says so, or with `repair` a report of the bytes lost.
+    #[allow(clippy::too_many_arguments)]
+    fn lost_tail(
+        path: &Path,
+        id: u32,
+        at: u64,
+        sealed: u64,
+        synced: u64,
+        later: &[u32],
+        repair: bool,
+        rec: &mut Recovery,
+    ) -> io::Result<bool> {
+        let claim = match at < synced {
+            true => Some(format!("INDEX recorded its first {synced} bytes as synced")),
+            false => Self::synced_later(path, id, at, later)?,
+        };
+        let Some(claim) = claim else {
+            return Ok(true);
+        };
+        let what = format!(
+            "{}: its records end at offset {at}, but the segment after it says it was              sealed at {sealed} bytes: {} bytes lost ({claim})",
+            path.display(),
+            sealed - at
+        );
+        if !repair {
+            return Err(err(
+                io::ErrorKind::InvalidData,
+                format!("{what}; open with repair=True to go on without them"),
+            ));
+        }
+        rec.skipped.push(what);
+        Ok(false)
     }
 
     /// A record in one of the segments `later` (appended to after segment `id`) that
@@ -3062,9 +3154,9 @@ impl Store {
         let mut app = c.appender.take().expect("appender");
         if off > 0 && off + total > self.opts.segment_size {
             match self.roll(&mut app, off) {
-                Ok((id, s)) => {
-                    (seg_id, seg, off) = (id, s, 0);
-                    c.write_off = 0;
+                Ok((id, s, start)) => {
+                    (seg_id, seg, off) = (id, s, start);
+                    c.write_off = start;
                 }
                 Err(e) => {
                     c.appender = Some(app);
@@ -3448,9 +3540,9 @@ impl Store {
             let mut app = c.appender.take().expect("appender");
             let r = self.roll(&mut app, seal_at);
             c.appender = Some(app);
-            r?;
-            c.write_off = 0;
-            self.flushed.store(0, Ordering::Release);
+            let (.., start) = r?;
+            c.write_off = start;
+            self.flushed.store(start, Ordering::Release);
         }
         let staged = self.stage_locked(&mut c, ops, packed, atomic)?;
         let due = match self.opts.durability {
@@ -3565,11 +3657,11 @@ impl Store {
             (st.active, st.segs[&st.active].clone())
         };
         if off > 0 && off + total > self.opts.segment_size {
-            let (id, s) = self.roll(app, off)?;
+            let (id, s, start) = self.roll(app, off)?;
             seg_id = id;
             seg = s;
-            off = 0;
-            *off_io = 0;
+            off = start;
+            *off_io = start;
         }
         let mut buf = Vec::with_capacity(total as usize);
         for g in group {
@@ -3615,7 +3707,10 @@ impl Store {
     /// next sync of any kind ([`Store::sync_sealed`]). Until session 32 nothing synced
     /// it: a `sync()` (or batch's periodic one) made only the new active segment
     /// durable, and a crash of the machine lost what the sealed one's tail held.
-    fn roll(&self, app: &mut Appender, seal_at: u64) -> io::Result<(u32, Arc<Segment>)> {
+    ///
+    /// Returns the new segment, and the offset its records start at: after its seal
+    /// record ([`record::encode_seal`]), which recovery checks the old one against.
+    fn roll(&self, app: &mut Appender, seal_at: u64) -> io::Result<(u32, Arc<Segment>, u64)> {
         app.seal(seal_at);
         let old = self.state.read().expect("state").active;
         if seal_at > 0 && self.durable.load(Ordering::Acquire) < record::mark(old, seal_at) {
@@ -3672,8 +3767,27 @@ impl Store {
         if self.active_kind != ActiveKind::Plain {
             app.set_active(Some(seg.clone()));
         }
+        // The new segment starts with its seal record: how long the old one was. A
+        // write that fails here (a full disk) leaves the segment without one — recovery
+        // then knows less, as for a store written before session 33 — and the caller's
+        // own write meets the same error.
+        let mut rec = Vec::with_capacity(record::SEAL_LEN);
+        record::encode_seal(&mut rec, old, seal_at, self.durable.load(Ordering::Acquire));
+        let start = match app.write_head(&rec) {
+            Ok(()) => {
+                seg.dead.fetch_add(rec.len() as u64, Ordering::Relaxed);
+                seg.size.store(rec.len() as u64, Ordering::Relaxed);
+                rec.len() as u64
+            }
+            Err(_) => {
+                // SAFETY: fd is the new segment's, open for writing.
+                unsafe { libc::ftruncate(fd, 0) };
+                app.truncated(0);
+                0
+            }
+        };
         self.maybe_auto_compact();
-        Ok((id, seg))
+        Ok((id, seg, start))
     }
 
     /// An error for `what` (a write) on a store opened read-only.
@@ -4795,9 +4909,10 @@ impl Store {
             let mut app = c.appender.take().expect("appender");
             let r = self.roll(&mut app, seal_at);
             c.appender = Some(app);
-            r?; // (a failed roll changed nothing: the old segment is still the active one)
-            c.write_off = 0;
-            self.flushed.store(0, Ordering::Release);
+            // (a failed roll changed nothing: the old segment is still the active one)
+            let (.., start) = r?;
+            c.write_off = start;
+            self.flushed.store(start, Ordering::Release);
         }
         let (old, segs, whole) = {
             let st = self.state.read().expect("state");

@@ -932,8 +932,9 @@ fn a_torn_older_segment_of_an_unsynced_store_cuts_the_log_there() {
     let (cut, emptied) = s.recovery.unsynced_cut.clone().expect("the log was cut");
     assert!(cut.ends_with(&seg_name(2)), "{cut}");
     assert!(emptied >= 2, "{emptied}");
-    // everything before the tear, nothing after it: a point in time
-    let kept = first_of_2 + 10;
+    // everything before the tear, nothing after it: a point in time (segment 2's
+    // records before it: its seal record, then 9 puts)
+    let kept = first_of_2 + 9;
     assert_eq!(s.len(), kept as usize);
     assert!((0..kept).all(|i| s.get(&key(i)).unwrap().is_some()));
     assert!((kept..3000).all(|i| s.get(&key(i)).unwrap().is_none()));
@@ -961,6 +962,134 @@ fn a_torn_older_segment_of_an_unsynced_store_cuts_the_log_there() {
         e.contains("not a torn tail") && e.contains("says it was synced"),
         "{e}"
     );
+}
+
+#[test]
+fn an_older_segment_short_of_its_seal_record_ends_the_log_there() {
+    // durability="none": a crash of the machine may lose the last pages of a segment
+    // the log has moved on from — they read as zeros, or the file comes back shorter —
+    // and keep the segments after it. Nothing in the segment itself tells; the seal
+    // record starting the next one does (how long it was sealed): the open cuts the log
+    // where the records stop and empties the later segments, a point in time.
+    let unsynced = Options {
+        durability: Durability::None,
+        ..no_index()
+    };
+    let key = |i: u32| format!("k{i:05}").into_bytes();
+    let write = |d: &Path, o: &Options| {
+        let s = Store::open(d, o.clone()).unwrap();
+        for i in 0..3000u32 {
+            s.put(&key(i), &[i as u8; 40]).unwrap();
+        }
+        assert!(s.state.read().unwrap().segs.len() >= 4);
+        drop(s);
+        snapshot::remove(d).unwrap();
+    };
+    let seg2 = |d: &Path| d.join(seg_name(2));
+    // the seal record of segment 3 says how long segment 2 was
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), &unsynced);
+    let len2 = fs::metadata(seg2(d.path())).unwrap().len();
+    let head = fs::read(d.path().join(seg_name(3))).unwrap();
+    assert_eq!(record::parse_seal(&head), Some((2, len2)));
+    let first_of_2 = record_offsets(&d.path().join(seg_name(1))).len() as u32;
+    let offs = record_offsets(&seg2(d.path()));
+    // (record 0 of segment 2 is its own seal record: record n is put n - 1 of it)
+    let kept = |n: usize| first_of_2 + n as u32 - 1;
+    let lose = [
+        // the last pages read as zeros (never written back)
+        ("zeros", offs[offs.len() - 7]),
+        // the file's size at a record boundary (the size never made durable)
+        ("shorter", offs[offs.len() - 3]),
+        // all of it (the file came back empty)
+        ("empty", 0),
+    ];
+    for (how, at) in lose {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), &unsynced);
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(seg2(d.path()))
+            .unwrap();
+        match how {
+            "zeros" => f
+                .write_all_at(&vec![0u8; (len2 - at) as usize], at)
+                .unwrap(),
+            _ => f.set_len(at).unwrap(),
+        }
+        drop(f);
+        let s = Store::open(d.path(), unsynced.clone()).unwrap();
+        let (cut, _) = s.recovery.unsynced_cut.clone().expect(how);
+        assert!(cut.ends_with(&seg_name(2)), "{how}: {cut}");
+        let n = offs.iter().position(|&o| o == at).unwrap_or(1);
+        let kept = match how {
+            "empty" => first_of_2,
+            _ => kept(n),
+        };
+        assert_eq!(s.len(), kept as usize, "{how}");
+        assert!(
+            (0..kept).all(|i| s.get(&key(i)).unwrap().is_some()),
+            "{how}"
+        );
+        assert!(
+            (kept..3000).all(|i| s.get(&key(i)).unwrap().is_none()),
+            "{how}"
+        );
+        assert_eq!(s.check().unwrap().1.len(), 0);
+        drop(s);
+        let later = fs::metadata(d.path().join(seg_name(3))).unwrap().len();
+        assert_eq!(later, 0, "{how}: the later segments were emptied");
+        snapshot::remove(d.path()).unwrap();
+        let s = Store::open(d.path(), unsynced.clone()).unwrap();
+        assert!(
+            s.recovery.unsynced_cut.is_none(),
+            "{how}: the cut was made on disk"
+        );
+        assert_eq!(s.len(), kept as usize);
+    }
+    // the roll's cut of the zeros allocated ahead, undone by a crash: zeros past the
+    // sealed length are not a loss
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), &unsynced);
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(seg2(d.path()))
+        .unwrap();
+    f.set_len(len2 + 8192).unwrap();
+    drop(f);
+    let s = Store::open(d.path(), unsynced.clone()).unwrap();
+    assert!(s.recovery.unsynced_cut.is_none() && s.recovery.skipped.is_empty());
+    assert_eq!(s.len(), 3000);
+    drop(s);
+    // durability="sync": the roll synced segment 2 first and the seal record says so —
+    // its tail gone is damage, named, and repair=True goes on without it
+    let synced = Options {
+        durability: Durability::Sync,
+        ..no_index()
+    };
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), &synced);
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(seg2(d.path()))
+        .unwrap();
+    f.set_len(offs[offs.len() - 3]).unwrap();
+    drop(f);
+    let e = open_err(d.path(), synced.clone());
+    assert!(
+        e.contains(&seg_name(2)) && e.contains("sealed at") && e.contains("repair=True"),
+        "{e}"
+    );
+    let s = Store::open(
+        d.path(),
+        Options {
+            repair: true,
+            ..synced
+        },
+    )
+    .unwrap();
+    assert!(s.recovery.skipped.iter().any(|m| m.contains("bytes lost")));
+    assert_eq!(s.len(), 3000 - 3, "the three puts lost, and only them");
 }
 
 #[test]
