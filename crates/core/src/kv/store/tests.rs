@@ -901,44 +901,67 @@ fn damage_a_later_record_says_was_synced_is_not_a_torn_tail() {
     assert_eq!(s.len(), 3, "cut back to the last record before the tear");
 }
 
+/// Options of a `durability="none"` store that keeps no index snapshot.
+fn unsynced_rolled() -> Options {
+    Options {
+        durability: Durability::None,
+        ..no_index()
+    }
+}
+
+/// The key of put `i` of [`write_rolled`].
+fn rolled_key(i: u32) -> Vec<u8> {
+    format!("k{i:05}").into_bytes()
+}
+
+/// 3000 puts of 40-byte values into a new store at `d` (rolling over 4 segments or
+/// more), `sync()` after put `sync_at` if given; closed, and its INDEX removed: the
+/// next open replays every segment.
+fn write_rolled(d: &Path, o: &Options, sync_at: Option<u32>) {
+    let s = Store::open(d, o.clone()).unwrap();
+    for i in 0..3000u32 {
+        s.put(&rolled_key(i), &[i as u8; 40]).unwrap();
+        if sync_at == Some(i) {
+            s.sync().unwrap();
+        }
+    }
+    assert!(s.state.read().unwrap().segs.len() >= 4);
+    drop(s);
+    snapshot::remove(d).unwrap();
+}
+
+/// `s` holds the first `kept` puts of [`write_rolled`] and none after them (a point in
+/// time), every record sound.
+fn assert_kept_first(s: &Store, kept: u32, what: &str) {
+    assert_eq!(s.len(), kept as usize, "{what}");
+    assert!(
+        (0..kept).all(|i| s.get(&rolled_key(i)).unwrap().is_some()),
+        "{what}"
+    );
+    assert!(
+        (kept..3000).all(|i| s.get(&rolled_key(i)).unwrap().is_none()),
+        "{what}"
+    );
+    assert_eq!(s.check().unwrap().1.len(), 0, "{what}");
+}
+
 #[test]
 fn a_torn_older_segment_of_an_unsynced_store_cuts_the_log_there() {
     // durability="none": a crash of the machine may tear a segment the log has moved
     // on from (nothing synced it) and keep pages of the ones after it. The open cuts
     // the log at the tear and empties the later segments: the store as it was then.
-    let unsynced = Options {
-        durability: Durability::None,
-        ..no_index()
-    };
-    let key = |i: u32| format!("k{i:05}").into_bytes();
-    let write = |d: &Path, sync_late: bool| {
-        let s = Store::open(d, unsynced.clone()).unwrap();
-        for i in 0..3000u32 {
-            s.put(&key(i), &[i as u8; 40]).unwrap();
-            if sync_late && i == 2990 {
-                // a sync after segment 2 was sealed: it synced segment 2 whole, and
-                // the records written after it say so
-                s.sync().unwrap();
-            }
-        }
-        assert!(s.state.read().unwrap().segs.len() >= 4);
-    };
     let d = tempfile::tempdir().unwrap();
-    write(d.path(), false);
-    snapshot::remove(d.path()).unwrap();
+    write_rolled(d.path(), &unsynced_rolled(), None);
     let offs = flip_in_record(&d.path().join(seg_name(2)), 10, HEADER + 3, 0x10);
     let first_of_2 = record_offsets(&d.path().join(seg_name(1))).len() as u32;
-    let s = Store::open(d.path(), unsynced.clone()).unwrap();
+    let s = Store::open(d.path(), unsynced_rolled()).unwrap();
     let (cut, emptied) = s.recovery.unsynced_cut.clone().expect("the log was cut");
     assert!(cut.ends_with(&seg_name(2)), "{cut}");
     assert!(emptied >= 2, "{emptied}");
     // everything before the tear, nothing after it: a point in time (segment 2's
     // records before it: its seal record, then 9 puts)
     let kept = first_of_2 + 9;
-    assert_eq!(s.len(), kept as usize);
-    assert!((0..kept).all(|i| s.get(&key(i)).unwrap().is_some()));
-    assert!((kept..3000).all(|i| s.get(&key(i)).unwrap().is_none()));
-    assert_eq!(s.check().unwrap().1.len(), 0);
+    assert_kept_first(&s, kept, "torn");
     // the cut was made on disk: the next open finds a whole log
     drop(s);
     let later = seg_name(3);
@@ -948,16 +971,16 @@ fn a_torn_older_segment_of_an_unsynced_store_cuts_the_log_there() {
         offs[10]
     );
     snapshot::remove(d.path()).unwrap();
-    let s = Store::open(d.path(), unsynced.clone()).unwrap();
+    let s = Store::open(d.path(), unsynced_rolled()).unwrap();
     assert!(s.recovery.unsynced_cut.is_none() && s.recovery.torn_bytes == 0);
     assert_eq!(s.len(), kept as usize);
     drop(s);
-    // a later record that says segment 2 was synced: its damage is damage
+    // a later record that says segment 2 was synced: its damage is damage (a sync
+    // after segment 2 was sealed synced it whole, and the records after it say so)
     let d = tempfile::tempdir().unwrap();
-    write(d.path(), true);
-    snapshot::remove(d.path()).unwrap();
+    write_rolled(d.path(), &unsynced_rolled(), Some(2990));
     flip_in_record(&d.path().join(seg_name(2)), 10, HEADER + 3, 0x10);
-    let e = open_err(d.path(), unsynced.clone());
+    let e = open_err(d.path(), unsynced_rolled());
     assert!(
         e.contains("not a torn tail") && e.contains("says it was synced"),
         "{e}"
@@ -971,42 +994,27 @@ fn an_older_segment_short_of_its_seal_record_ends_the_log_there() {
     // and keep the segments after it. Nothing in the segment itself tells; the seal
     // record starting the next one does (how long it was sealed): the open cuts the log
     // where the records stop and empties the later segments, a point in time.
-    let unsynced = Options {
-        durability: Durability::None,
-        ..no_index()
-    };
-    let key = |i: u32| format!("k{i:05}").into_bytes();
-    let write = |d: &Path, o: &Options| {
-        let s = Store::open(d, o.clone()).unwrap();
-        for i in 0..3000u32 {
-            s.put(&key(i), &[i as u8; 40]).unwrap();
-        }
-        assert!(s.state.read().unwrap().segs.len() >= 4);
-        drop(s);
-        snapshot::remove(d).unwrap();
-    };
     let seg2 = |d: &Path| d.join(seg_name(2));
     // the seal record of segment 3 says how long segment 2 was
     let d = tempfile::tempdir().unwrap();
-    write(d.path(), &unsynced);
+    write_rolled(d.path(), &unsynced_rolled(), None);
     let len2 = fs::metadata(seg2(d.path())).unwrap().len();
     let head = fs::read(d.path().join(seg_name(3))).unwrap();
     assert_eq!(record::parse_seal(&head), Some((2, len2)));
     let first_of_2 = record_offsets(&d.path().join(seg_name(1))).len() as u32;
     let offs = record_offsets(&seg2(d.path()));
-    // (record 0 of segment 2 is its own seal record: record n is put n - 1 of it)
-    let kept = |n: usize| first_of_2 + n as u32 - 1;
     let lose = [
         // the last pages read as zeros (never written back)
-        ("zeros", offs[offs.len() - 7]),
+        ("zeros", offs.len() - 7),
         // the file's size at a record boundary (the size never made durable)
-        ("shorter", offs[offs.len() - 3]),
-        // all of it (the file came back empty)
-        ("empty", 0),
+        ("shorter", offs.len() - 3),
+        // all of it (the file came back empty): record 0 is the seal record of its own
+        ("empty", 1),
     ];
-    for (how, at) in lose {
+    for (how, n) in lose {
         let d = tempfile::tempdir().unwrap();
-        write(d.path(), &unsynced);
+        write_rolled(d.path(), &unsynced_rolled(), None);
+        let at = if how == "empty" { 0 } else { offs[n] };
         let f = fs::OpenOptions::new()
             .write(true)
             .open(seg2(d.path()))
@@ -1018,29 +1026,17 @@ fn an_older_segment_short_of_its_seal_record_ends_the_log_there() {
             _ => f.set_len(at).unwrap(),
         }
         drop(f);
-        let s = Store::open(d.path(), unsynced.clone()).unwrap();
+        let s = Store::open(d.path(), unsynced_rolled()).unwrap();
         let (cut, _) = s.recovery.unsynced_cut.clone().expect(how);
         assert!(cut.ends_with(&seg_name(2)), "{how}: {cut}");
-        let n = offs.iter().position(|&o| o == at).unwrap_or(1);
-        let kept = match how {
-            "empty" => first_of_2,
-            _ => kept(n),
-        };
-        assert_eq!(s.len(), kept as usize, "{how}");
-        assert!(
-            (0..kept).all(|i| s.get(&key(i)).unwrap().is_some()),
-            "{how}"
-        );
-        assert!(
-            (kept..3000).all(|i| s.get(&key(i)).unwrap().is_none()),
-            "{how}"
-        );
-        assert_eq!(s.check().unwrap().1.len(), 0);
+        // (record 0 of segment 2 is its seal record: record n is its put n - 1)
+        let kept = first_of_2 + n as u32 - 1;
+        assert_kept_first(&s, kept, how);
         drop(s);
         let later = fs::metadata(d.path().join(seg_name(3))).unwrap().len();
         assert_eq!(later, 0, "{how}: the later segments were emptied");
         snapshot::remove(d.path()).unwrap();
-        let s = Store::open(d.path(), unsynced.clone()).unwrap();
+        let s = Store::open(d.path(), unsynced_rolled()).unwrap();
         assert!(
             s.recovery.unsynced_cut.is_none(),
             "{how}: the cut was made on disk"
@@ -1050,14 +1046,14 @@ fn an_older_segment_short_of_its_seal_record_ends_the_log_there() {
     // the roll's cut of the zeros allocated ahead, undone by a crash: zeros past the
     // sealed length are not a loss
     let d = tempfile::tempdir().unwrap();
-    write(d.path(), &unsynced);
+    write_rolled(d.path(), &unsynced_rolled(), None);
     let f = fs::OpenOptions::new()
         .write(true)
         .open(seg2(d.path()))
         .unwrap();
     f.set_len(len2 + 8192).unwrap();
     drop(f);
-    let s = Store::open(d.path(), unsynced.clone()).unwrap();
+    let s = Store::open(d.path(), unsynced_rolled()).unwrap();
     assert!(s.recovery.unsynced_cut.is_none() && s.recovery.skipped.is_empty());
     assert_eq!(s.len(), 3000);
     drop(s);
@@ -1068,7 +1064,7 @@ fn an_older_segment_short_of_its_seal_record_ends_the_log_there() {
         ..no_index()
     };
     let d = tempfile::tempdir().unwrap();
-    write(d.path(), &synced);
+    write_rolled(d.path(), &synced, None);
     let f = fs::OpenOptions::new()
         .write(true)
         .open(seg2(d.path()))
