@@ -18,7 +18,11 @@ the store is put on this filesystem, whose page cache is the memory of its own p
 Names (create, rename, unlink, link, mkdir, rmdir) go to the disk at once, or — with
 `--lazy-names`, as the crash tests mount it — are volatile too until a directory is
 fsynced: the mount after a crash undoes a random number of the newest ones not yet
-synced (`_Journal`). Sizes (truncate, fallocate) go to the disk at once.
+synced (`_Journal`). With `--lazy-names` a file's size set by truncate or fallocate is
+volatile the same way (undone with the bytes a shrink cut, unless the file was fsynced
+after it or a directory fsync committed the journal): the crash may bring back the
+zero tail a truncate cut, or a file at its old length. Without it, sizes go to the disk
+at once.
 
 `python -m uringkit.kv.lazyfs BACKING MOUNTPOINT` runs it in the foreground (root, or
 a user allowed to mount FUSE; needs libfuse 3 and mfusepy). Used by
@@ -104,6 +108,20 @@ class _Journal:
         self.stashed.append(name)
         return name
 
+    def keep_bytes(self, data: bytes) -> str:
+        """A stash file holding `data` (the bytes a truncate is about to cut)."""
+        self.n += 1
+        name = os.path.join(self.stash, f"{os.getpid()}-{self.n}")
+        with open(name, "wb") as f:
+            f.write(data)
+        self.stashed.append(name)
+        return name
+
+    def synced(self, ino: int) -> None:
+        """The file with backing inode `ino` was fsynced: its size changes so far are
+        durable (its names are not)."""
+        os.write(self.fd, f"synced {ino}\n".encode())
+
     def commit(self) -> None:
         os.write(self.fd, b"commit\n")
         for name in self.stashed:
@@ -126,12 +144,18 @@ class _Journal:
                 pending.pop()
             elif ln.startswith("["):
                 pending.append(json.loads(ln))
+            elif ln.startswith("synced "):
+                done = int(ln.split()[1])
+                pending = [p for p in pending if not (p[0][0] == "size" and p[0][5] == done)]
         k = rng.randint(0, len(pending))
         if pending:
             print(f"lazyfs: the crash kept {len(pending) - k} of the {len(pending)} name "
-                  "operations not yet synced", file=sys.stderr, flush=True)  # fmt: skip
+                  "and size operations not yet synced", file=sys.stderr, flush=True)  # fmt: skip
         for steps in reversed(pending[len(pending) - k :]):
             for op, *args in steps:
+                if op == "size":
+                    _Journal._unsize(os.path.join(root, args[0]), *args[1:4])
+                    continue
                 ino = args.pop() if op == "rename" and len(args) == 3 else None
                 a = [os.path.join(root, x) if not x.startswith("/") else x for x in args]
                 # (each undo only where its operation happened: the crash may have come
@@ -148,6 +172,23 @@ class _Journal:
         os.unlink(root + ".meta")
         shutil.rmtree(root + ".stash", ignore_errors=True)
         return k
+
+    @staticmethod
+    def _unsize(path: str, old: int, length: int, cut: str | None) -> None:
+        """Undo a size change of the file at `path` from `old` to `length`: the bytes a
+        shrink cut (the stash file `cut`) written back, the length set to `old` again.
+        (Harmless where the change never happened: the same bytes, the same length.)"""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # (removed for good since: a committed unlink)
+        try:
+            if cut is not None:
+                with open(cut, "rb") as f:
+                    os.pwrite(fd, f.read(), length)
+            os.ftruncate(fd, old)
+        finally:
+            os.close(fd)
 
 
 class LazyFS:
@@ -283,6 +324,23 @@ class LazyFS:
             raise _err(e) from None
         return 0
 
+    def _resize(self, path: str | None, fd: int, length: int, apply: Any) -> None:
+        """`apply()`, which sets the backing file's (`fd`) size to `length` — volatile
+        with lazy names: its undo (the bytes a shrink cuts, kept in the stash) is
+        journaled first."""
+        j = self.journal
+        old = os.fstat(fd).st_size
+        if j is None or not path or old == length:
+            apply()
+            return
+        cut = j.keep_bytes(os.pread(fd, old - length, length)) if length < old else None
+        j.note(["size", _rel(path, j.stash), old, length, cut, os.fstat(fd).st_ino])
+        try:
+            apply()
+        except OSError:
+            j.void()
+            raise
+
     def _keep(self, p: str) -> str | None:
         return self.journal.keep(p) if self.journal is not None else None
 
@@ -388,7 +446,7 @@ class LazyFS:
             except OSError as e:
                 raise _err(e) from None
             if flags & os.O_TRUNC:
-                self._truncate(self.files[self.handles[fh]], 0)
+                self._truncate(self.files[self.handles[fh]], 0, path)
             return fh
 
     def create(self, path: str, mode: int, flags: int = 0) -> int:
@@ -446,13 +504,18 @@ class LazyFS:
     def fsync(self, path: str, datasync: int, fh: int) -> int:
         with self.mutex:
             self._flush(self._file(fh))
+            if self.journal is not None:
+                self.journal.synced(self.handles[fh])
             return 0
 
     def flush(self, path: str, fh: int) -> int:
         return 0
 
-    def _truncate(self, f: _File, length: int) -> None:
-        os.ftruncate(f.fd, length)
+    def _truncate(self, f: _File, length: int, path: str | None) -> None:
+        try:
+            self._resize(path, f.fd, length, lambda: os.ftruncate(f.fd, length))
+        except OSError as e:
+            raise _err(e) from None
         for n in [n for n in f.pages if n * PAGE >= length]:
             del f.pages[n]
         last = f.pages.get(length // PAGE)
@@ -463,7 +526,7 @@ class LazyFS:
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         with self.mutex:
             if fh is not None and fh in self.handles:
-                self._truncate(self._file(fh), length)
+                self._truncate(self._file(fh), length, path)
                 return 0
             p = self._p(path)
             try:
@@ -472,16 +535,33 @@ class LazyFS:
                 raise _err(e) from None
             f = self.files.get(st.st_ino)
             if f is not None:
-                self._truncate(f, length)
-            else:
-                _call(os.truncate, p, length)
+                self._truncate(f, length, path)
+                return 0
+            try:
+                fd = os.open(p, os.O_RDWR | os.O_CLOEXEC)
+            except OSError as e:
+                raise _err(e) from None
+            try:
+                self._resize(path, fd, length, lambda: os.ftruncate(fd, length))
+            except OSError as e:
+                raise _err(e) from None
+            finally:
+                os.close(fd)
             return 0
 
     def fallocate(self, path: str, mode: int, offset: int, size: int, fh: int) -> int:
         with self.mutex:
             f = self._file(fh)
-            if self._fallocate(f.fd, mode, offset, size) != 0:
-                raise _oserr(ctypes.get_errno())
+
+            def apply() -> None:
+                if self._fallocate(f.fd, mode, offset, size) != 0:
+                    raise _oserr(ctypes.get_errno())
+
+            grows = not mode & 0x01 and offset + size > os.fstat(f.fd).st_size
+            if grows:  # (a size change: volatile like a truncate)
+                self._resize(path, f.fd, offset + size, apply)
+            else:
+                apply()
             if mode & 0x02 or mode & 0x10:  # PUNCH_HOLE, ZERO_RANGE: the pages read zeros
                 for n in range(offset // PAGE, (offset + size - 1) // PAGE + 1):
                     page = f.pages.get(n)
@@ -541,8 +621,9 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     ap.add_argument(
         "--lazy-names", action="store_true",
-        help="names (create, rename, unlink…) are volatile too until their directory is "
-        "fsynced: the mount after a crash undoes a random suffix of those not yet synced",
+        help="names (create, rename, unlink…) and sizes (truncate, fallocate) are volatile "
+        "too until a directory is fsynced (a size: or its file): the mount after a crash "
+        "undoes a random suffix of those not yet synced",
     )  # fmt: skip
     a = ap.parse_args(argv)
     _Journal.recover(os.path.realpath(a.backing), random.Random(a.seed))
