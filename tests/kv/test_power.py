@@ -3,8 +3,9 @@
 written bytes reach its backing directory (the disk) only when fsynced, or when its
 writeback thread picks them (random pages in random order, some torn between sectors).
 SIGKILLing that process is the power cut: what was never synced is gone, whatever part
-of it was written back stays — names too (creates, renames, unlinks not yet made durable
-by an fsync of a directory: the next mount undoes a random number of the newest). The
+of it was written back stays — names and sizes too (creates, renames, unlinks,
+truncates not yet made durable by an fsync: the next mount undoes a random number of the
+newest). The
 SIGKILL harness of test_crash.py then checks the same promises (`run_rounds(power=True)`).
 
 These tests fail on the builds before session 32, whose sync() (and durability="batch"'s

@@ -187,6 +187,11 @@ asyncio.run(main())
 WRITERS = {"threads": THREAD_WRITER, "async": ASYNC_WRITER}
 
 
+def _async_writer_of(key: bytes) -> bytes:
+    """The task of ASYNC_WRITER that writes `key` (`t3-k17` and `t3-b2`: task t3)."""
+    return key.split(b"-", 1)[0]
+
+
 class CrashCheckFailed(AssertionError):
     """The store broke a promise after a SIGKILL (the message says which and where)."""
 
@@ -321,32 +326,9 @@ def check(path: Path, model: Model, pending: dict[str, Ops], rnd: Round) -> Mode
     return model
 
 
-def check_point_in_time(
-    path: Path, base: Model, ops: list[Ops], rnd: Round, strict: bool = True
-) -> Model:
-    """After a power cut of a `durability="batch"` or `"none"` writer (one thread): the store opens
-    without repair, serves no damaged record, and holds the state after some prefix of
-    the writer's operations (`ops`: acknowledged ones in order, then the one in flight)
-    — what the last sync covered and maybe more, never a later write without an
-    earlier one, never part of a batch. Returns that state.
-
-    `strict=False` (the async writer's tasks, which have no one order of operations): a
-    state that is no prefix is noted (`Round.notes`), not failed, if every key holds a
-    value written for it (in `base` or `ops`) — nothing invented, nothing damaged.
-    (Until session 33 "none" was checked so too: a segment whose tail a crash lost
-    whole went unseen — see docs/kv-format.md, Opening step 4.)"""
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always", RuntimeWarning)
-        try:
-            db = kv_open(path)
-        except OSError as e:
-            raise CrashCheckFailed(f"round {rnd.seed}: the store does not open: {e}") from e
-    rnd.notes.extend(str(w.message) for w in seen)
-    with db:
-        state = {k: v for k, v in db.items()}
-        n, problems = db.check()
-    if problems:
-        raise CrashCheckFailed(f"round {rnd.seed}: damaged records served: {problems}")
+def _prefix(base: Model, ops: list[Ops], state: Model) -> int:
+    """How many of `ops` (in order, from `base`) the store's `state` is the result of:
+    the longest such prefix, or -1 when it is the result of none."""
     model: Model = {k: v for k, v in base.items() if v is not None}
     # keys where the state differs from the model after j operations, for each j in turn
     differ = {k for k in model.keys() | state.keys() if model.get(k) != state.get(k)}
@@ -363,25 +345,61 @@ def check_point_in_time(
                 differ.add(k)
         if not differ:
             kept = j
-    if kept < 0 and not strict:
-        written: dict[bytes, set[bytes | None]] = {k: {v} for k, v in base.items()}
-        for group in ops:
-            for k, v in group:
-                written.setdefault(k, {None}).add(v)
-        odd = [k for k, v in state.items() if v not in written.get(k, ())]
-        if odd:
-            raise CrashCheckFailed(
-                f"round {rnd.seed}: after the power cut {odd[0]!r} reads {state[odd[0]]!r}, "
-                f"a value never written for it ({len(odd)} such keys)"
+    return kept
+
+
+def check_point_in_time(
+    path: Path,
+    base: Model,
+    ops: list[Ops],
+    rnd: Round,
+    writer_of: Callable[[bytes], bytes] | None = None,
+) -> Model:
+    """After a power cut of a `durability="batch"` or `"none"` writer: the store opens
+    without repair, serves no damaged record, and holds the state after some prefix of
+    the writer's operations (`ops`: acknowledged ones in order, then the one in flight)
+    — what the last sync covered and maybe more, never a later write without an
+    earlier one, never part of a batch. Returns that state.
+
+    `writer_of` (the async writer's tasks, each writing keys of its own, acknowledged
+    in no one order between them): the key's writer. The keys of each writer then hold
+    the state after some prefix of that writer's operations. (Until session 33 a
+    `"none"` store was not held to either: a segment whose tail a crash lost whole went
+    unseen — see docs/kv-format.md, Opening step 4.)"""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", RuntimeWarning)
+        try:
+            db = kv_open(path)
+        except OSError as e:
+            raise CrashCheckFailed(f"round {rnd.seed}: the store does not open: {e}") from e
+    rnd.notes.extend(str(w.message) for w in seen)
+    with db:
+        state: Model = {k: v for k, v in db.items()}
+        n, problems = db.check()
+    if problems:
+        raise CrashCheckFailed(f"round {rnd.seed}: damaged records served: {problems}")
+    if writer_of is None:
+        parts: dict[bytes, tuple[Model, list[Ops], Model]] = {b"": (base, ops, state)}
+    else:
+        keys = base.keys() | state.keys() | {k for g in ops for k, _ in g}
+        parts = {}
+        for w in {writer_of(k) for k in keys}:
+            mine = {k for k in keys if writer_of(k) == w}
+            parts[w] = (
+                {k: v for k, v in base.items() if k in mine},
+                [g for g in ops if g and writer_of(g[0][0]) == w],
+                {k: v for k, v in state.items() if k in mine},
             )
-        rnd.notes.append("not a point in time: unsynced writes lost out of order")
-        kept = 0
-    if kept < 0:
-        raise CrashCheckFailed(
-            f"round {rnd.seed}: the store after the power cut is no prefix of the writer's "
-            f"{len(ops)} operations (its {len(state)} keys against {len(base)} before them)"
-        )
-    rnd.landed = kept
+    rnd.landed = 0
+    for w, (b, o, st) in sorted(parts.items()):
+        kept = _prefix(b, o, st)
+        if kept < 0:
+            who = f"writer {w.decode()}'s " if w else "the writer's "
+            raise CrashCheckFailed(
+                f"round {rnd.seed}: the store after the power cut is no prefix of {who}"
+                f"{len(o)} operations (its {len(st)} keys against {len(b)} before them)"
+            )
+        rnd.landed += kept
     rnd.checked_keys = len(state)
     return dict(state)
 
@@ -421,10 +439,10 @@ def run_rounds(
     promises hold for all three under SIGKILL). `power`: each kill is a power cut too
     — the store lives on a LazyFS mount (`uringkit.kv.lazyfs`, `<path>-disk` mounted at
     `<path>-mnt`) that loses every byte not fsynced, keeping a random part of them.
-    `durability="sync"` then keeps every promise above; "batch" and "none" (mode
-    "threads") must reopen to a point in time (`check_point_in_time`: `Round.landed` is
-    how many of the round's operations it kept), and with mode "async" open with
-    nothing damaged or invented. Raises CrashCheckFailed at the first broken promise."""
+    `durability="sync"` then keeps every promise above; "batch" and "none" must
+    reopen to a point in time (`check_point_in_time`: `Round.landed` is how many of the
+    round's operations it kept) — with mode "async", each task's keys at a point of
+    that task's operations. Raises CrashCheckFailed at the first broken promise."""
     if mode not in WRITERS:
         raise ValueError(f"mode={mode!r}: use one of {sorted(WRITERS)}")
     if durability not in ("sync", "batch", "none"):
@@ -455,9 +473,10 @@ def run_rounds(
                 rnd.notes.append("the writer acknowledged nothing before the kill")
             if power and durability != "sync":
                 ops = acked + list(pending.values())
-                # (eight tasks have no one order of operations to find a point in)
-                strict = mode == "threads"
-                model = check_point_in_time(path, model, ops, rnd, strict)
+                # (eight tasks have no one order of operations to find a point in: each
+                # task's keys are its own, and at a point of its operations)
+                of = None if mode == "threads" else _async_writer_of
+                model = check_point_in_time(path, model, ops, rnd, of)
             else:
                 for group in acked:
                     model.update(group)

@@ -176,7 +176,8 @@ class _Journal:
     @staticmethod
     def _unsize(path: str, old: int, length: int, cut: str | None) -> None:
         """Undo a size change of the file at `path` from `old` to `length`: the bytes a
-        shrink cut (the stash file `cut`) written back, the length set to `old` again.
+        shrink cut (the stash file `cut`; None: zeros) written back, the length set to
+        `old` again.
         (Harmless where the change never happened: the same bytes, the same length.)"""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
@@ -186,6 +187,8 @@ class _Journal:
             if cut is not None:
                 with open(cut, "rb") as f:
                     os.pwrite(fd, f.read(), length)
+            elif length < old:
+                os.ftruncate(fd, length)  # (it cut zeros: what lies there now goes)
             os.ftruncate(fd, old)
         finally:
             os.close(fd)
@@ -333,7 +336,11 @@ class LazyFS:
         if j is None or not path or old == length:
             apply()
             return
-        cut = j.keep_bytes(os.pread(fd, old - length, length)) if length < old else None
+        cut = None  # (a shrink that cuts only zeros keeps none: the undo zeroes)
+        if length < old:
+            data = os.pread(fd, old - length, length)
+            if data.count(0) != len(data):
+                cut = j.keep_bytes(data)
         j.note(["size", _rel(path, j.stash), old, length, cut, os.fstat(fd).st_ino])
         try:
             apply()
