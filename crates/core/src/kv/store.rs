@@ -2386,7 +2386,8 @@ impl Store {
             return Ok(true);
         };
         let what = format!(
-            "{}: its records end at offset {at}, but the segment after it says it was              sealed at {sealed} bytes: {} bytes lost ({claim})",
+            "{}: its records end at offset {at}, but the segment after it says it was \
+             sealed at {sealed} bytes: {} bytes lost ({claim})",
             path.display(),
             sealed - at
         );
