@@ -464,6 +464,42 @@ def test_zero_tail_of_an_older_segment_is_not_corruption(tmp_path: Path, durabil
         assert db.check()[1] == []
 
 
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_an_older_segment_that_lost_its_tail_whole(tmp_path: Path, durability: str) -> None:
+    """A crash of the machine may lose the last pages of a segment the log rolled past
+    (zeros) or its size (a shorter file) — no bad record shows it, but the seal record
+    that starts the next segment says how long it was. Never synced ("none", no INDEX):
+    the log is cut there with a warning, a point in time. Synced at the roll ("sync"):
+    damage, an error naming both lengths; repair=True goes on without it."""
+    p = tmp_path / "db"
+    with kv.open(p, durability=durability, segment_size=64 << 10) as db:
+        for i in range(2000):
+            db.put(b"k%04d" % i, b"v" * 100)
+    (p / "INDEX").unlink()  # a full scan of every segment
+    first = p / "00000001.seg"
+    size = first.stat().st_size
+    rec = 32 + 5 + 100  # a put's record: header, key, value
+    os.truncate(first, size - 3 * rec)  # its last three puts
+    if durability == "sync":
+        lost = rf"00000001\.seg: .*sealed at {size} bytes: {3 * rec} bytes lost"
+        with pytest.raises(OSError, match=lost):
+            kv.open(p)
+        with pytest.warns(RuntimeWarning, match=f"{3 * rec} bytes lost"):
+            db = kv.open(p, repair=True)
+        with db:
+            assert len(db) == 2000 - 3
+        return
+    with pytest.warns(RuntimeWarning, match="a crash of the machine tore .*00000001.seg"):
+        db = kv.open(p)
+    with db:
+        n = len(db)
+        assert db.recovery["unsynced_cut"][1] >= 2
+        # the puts before the lost ones, and none after them
+        assert all(db.get(b"k%04d" % i) is not None for i in range(n))
+        assert db.get(b"k%04d" % n) is None and db.get(b"k1999") is None
+        assert db.check()[1] == []
+
+
 def test_killed_writer_leaves_no_torn_tail_after_its_allocated_space(tmp_path: Path) -> None:
     """A "none" store's active segment is allocated 4 MiB ahead of its records; after the
     writer is SIGKILLed, reopening finds no torn bytes (no warning) in that zero space,

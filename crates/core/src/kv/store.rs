@@ -2214,7 +2214,7 @@ impl Store {
                 if short && !torn {
                     short_seen = true;
                     why += &format!(
-                        " (the segment after it says it was sealed at {} bytes)",
+                        "; the segment after it says it was sealed at {} bytes",
                         sealed.unwrap_or(0)
                     );
                 }
