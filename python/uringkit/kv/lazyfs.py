@@ -7,10 +7,12 @@ the store is put on this filesystem, whose page cache is the memory of its own p
 - Writes are kept in that process, page by page, on top of the files of a backing
   directory (the "disk"). Reads see them; the backing files do not, until an
   `fsync`/`fdatasync` of the file writes its dirty pages there.
-- Meanwhile a writeback thread, as the kernel's would, writes random dirty pages in
-  random order, and some only in part (a random subset of their 512-byte sectors,
-  the page staying dirty): what a power cut finds on the disk is any such mix — later
-  pages without earlier ones, the file grown over holes, a page torn between sectors.
+- Meanwhile a writeback thread, as the kernel's would, writes dirty pages — half the
+  time one at random, half the time a run of one file's in ascending order (the
+  kernel's way) — some only in part (a random subset of their 512-byte sectors, the
+  page staying dirty): what a power cut finds on the disk is any such mix — later
+  pages without earlier ones, a written prefix with the tail lost whole, the file
+  grown over holes, a page torn between sectors.
 - The power cut is a SIGKILL of this process: everything not yet on the disk is gone.
   The mount then answers ENOTCONN until it is detached; mounting the backing directory
   again shows what survived.
@@ -250,6 +252,16 @@ class LazyFS:
         if not dirty:
             return
         f, n = self.rng.choice(dirty)
+        if self.rng.random() < 0.5:
+            # as the kernel's writeback does: a run of a file's dirty pages in ascending
+            # order — a crash then finds a written prefix of what was appended, the
+            # file's size where a page write last set it, and the tail lost whole
+            for m in sorted(p for p in f.pages if p >= n)[: self.rng.randint(1, 16)]:
+                self._write_page(f, m)
+            return
+        self._write_page(f, n)
+
+    def _write_page(self, f: _File, n: int) -> None:
         page = f.pages[n]
         end = min(PAGE, f.size - n * PAGE)
         if end <= 0:
