@@ -423,6 +423,16 @@ def test_torn_tail_warning(tmp_path: Path) -> None:
     assert any("torn tail of 17 bytes" in str(x.message) for x in w)
 
 
+def _rolled_store(p: Path, durability: str) -> Path:
+    """2,000 puts (`k0000`… of 100 bytes) over 64 KiB segments, closed, INDEX removed
+    (the next open scans every segment); returns the first segment's path."""
+    with kv.open(p, durability=durability, segment_size=64 << 10) as db:
+        for i in range(2000):
+            db.put(b"k%04d" % i, b"v" * 100)
+    (p / "INDEX").unlink()
+    return p / "00000001.seg"
+
+
 @pytest.mark.parametrize("durability", ["sync", "none"])
 def test_zero_tail_of_an_older_segment_is_not_corruption(tmp_path: Path, durability: str) -> None:
     """A segment's zero tail — the appender's pre-fill ("sync") or fallocate ("none"),
@@ -431,18 +441,14 @@ def test_zero_tail_of_an_older_segment_is_not_corruption(tmp_path: Path, durabil
     an older segment is corruption when a later record says it was synced ("sync"),
     else a tear that cuts the log there ("none", without INDEX)."""
     p = tmp_path / "db"
-    with kv.open(p, durability=durability, segment_size=64 << 10) as db:
-        for i in range(2000):
-            db.put(b"k%d" % i, b"v" * 100)
-    (p / "INDEX").unlink()  # a full scan of every segment
-    first = p / "00000001.seg"
+    first = _rolled_store(p, durability)
     size = first.stat().st_size
     with open(first, "ab") as f:
         f.write(bytes(200_000))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no torn-tail warning either
         with kv.open(p) as db:
-            assert len(db) == 2000 and db.get(b"k0") == b"v" * 100
+            assert len(db) == 2000 and db.get(b"k0000") == b"v" * 100
             assert db.recovery["torn_bytes"] == 0
     assert first.stat().st_size == size
     (p / "INDEX").unlink()
@@ -460,7 +466,7 @@ def test_zero_tail_of_an_older_segment_is_not_corruption(tmp_path: Path, durabil
         db = kv.open(p)
     with db:
         assert db.recovery["unsynced_cut"][1] >= 2
-        assert 0 < len(db) < 2000 and db.get(b"k0") == b"v" * 100
+        assert 0 < len(db) < 2000 and db.get(b"k0000") == b"v" * 100
         assert db.check()[1] == []
 
 
@@ -472,11 +478,7 @@ def test_an_older_segment_that_lost_its_tail_whole(tmp_path: Path, durability: s
     the log is cut there with a warning, a point in time. Synced at the roll ("sync"):
     damage, an error naming both lengths; repair=True goes on without it."""
     p = tmp_path / "db"
-    with kv.open(p, durability=durability, segment_size=64 << 10) as db:
-        for i in range(2000):
-            db.put(b"k%04d" % i, b"v" * 100)
-    (p / "INDEX").unlink()  # a full scan of every segment
-    first = p / "00000001.seg"
+    first = _rolled_store(p, durability)
     size = first.stat().st_size
     rec = 32 + 5 + 100  # a put's record: header, key, value
     os.truncate(first, size - 3 * rec)  # its last three puts
