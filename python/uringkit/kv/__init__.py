@@ -328,6 +328,10 @@ class DB(_Closes, _Reads):
         self._s = self._closer = store
         self.path = path
         rec = store.recovery()
+        #: What the open found (docs/kv.md, "Damage"): segments and records read, whether
+        #: INDEX or a live overlay was used, a torn tail cut (`torn_bytes`), the log cut in
+        #: an older segment after a crash of the machine (`unsynced_cut`), what
+        #: `repair=True` skipped, and how long it took (`seconds`).
         self.recovery: dict[str, Any] = rec
         cut = rec["unsynced_cut"]
         if cut:
