@@ -233,17 +233,19 @@ def kill_writer(
     direct: bool = False,
     durability: str = "sync",
     cut: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[list[Ops], dict[str, Ops]]:
     """Run a writer for a random 0.15-0.8 s, SIGKILL it; return what it acknowledged (in
     order) and, per writer task, the operation it had in flight. `cut`: the power cut,
-    made just before the kill (the writer dies with the machine)."""
+    made just before the kill (the writer dies with the machine). `env`: more
+    environment for the writer."""
     r, w = os.pipe()
     how = "direct" if direct else "buffered"
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITERS[mode], str(path), str(seed), str(w), how, durability],
         pass_fds=(w,),
         stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
         # (after a power cut the writer's last calls fail: ENOTCONN, not a finding)
         stderr=subprocess.DEVNULL if cut else None,
     )
@@ -448,12 +450,16 @@ def run_rounds(
     if durability not in ("sync", "batch", "none"):
         raise ValueError(f"durability={durability!r}: use sync, batch or none")
     mount = None
+    boot = os.environ.get("URINGKIT_KV_BOOT_ID")
     if power:
         from .lazyfs import Mount
 
         mount = Mount(f"{path}-disk", f"{path}-mnt")
         path = Path(mount.mountpoint) / path.name
         mount.up(seed=0, writeback=0.5, lazy_names=True)
+        # each power cut is a reboot to the store: what it keeps only within one boot
+        # (the live overlay) is not trusted after it
+        os.environ["URINGKIT_KV_BOOT_ID"] = "power-0"
     model: Model = {}
     done: list[Round] = []
     try:
@@ -461,12 +467,16 @@ def run_rounds(
             t = time.perf_counter()
             rnd = Round(seed)
             cut = mount.cut if mount else None
-            acked, pending = kill_writer(path, seed, mode, direct, durability, cut)
+            # (every other round on the power-cut filesystem maps its appends and keeps
+            # its live overlay in a mapped file, as on ext4; the others use pwrite)
+            mapped = {"URINGKIT_KV_MAPPED": "1"} if power and seed % 2 else None
+            acked, pending = kill_writer(path, seed, mode, direct, durability, cut, mapped)
             if mount is not None:
                 # what the disk kept, mounted again: the check's writes (a cut tail, INDEX)
                 # and the next round's are volatile until synced, as the writer's were
                 wb = random.Random(seed).choice([0, 0.1, 0.5, 2])
                 mount.up(seed=seed + 1, writeback=wb, lazy_names=True)
+                os.environ["URINGKIT_KV_BOOT_ID"] = f"power-{seed + 1}"
             rnd.acked = len(acked)
             rnd.in_flight = len(pending)
             if not acked:
@@ -488,4 +498,8 @@ def run_rounds(
     finally:
         if mount is not None:
             mount.cut()
+            if boot is None:
+                os.environ.pop("URINGKIT_KV_BOOT_ID", None)
+            else:
+                os.environ["URINGKIT_KV_BOOT_ID"] = boot
     return done
