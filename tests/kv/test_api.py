@@ -535,6 +535,44 @@ def test_killed_writer_leaves_no_torn_tail_after_its_allocated_space(tmp_path: P
         assert db.get(b"after") == b"kill" and db.get(b"k499") == b"v" * 50
 
 
+@pytest.mark.parametrize("boot", ["same", "rebooted"])
+def test_a_live_overlay_is_trusted_within_its_boot_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot: str
+) -> None:
+    """The live overlay lives in the page cache: after a reboot it is not trusted and
+    the log since INDEX is replayed instead. `URINGKIT_KV_BOOT_ID` (the power-cut tests'
+    stand-in for the kernel's boot id) decides what a boot is: a killed writer's
+    overlay is taken back under the same value, replayed past under another — the
+    same store either way."""
+    import signal
+
+    p = tmp_path / "db"
+    monkeypatch.setenv("URINGKIT_KV_BOOT_ID", "boot-a")
+    with kv.open(p, durability="none") as db:
+        db.write([(b"old%d" % i, b"o" * 20) for i in range(1000)])
+    code = (
+        "import sys\nfrom uringkit import kv\n"
+        "db = kv.open(sys.argv[1], durability='none')\n"
+        "for i in range(500):\n    db.put(b'new%d' % i, b'n' * 30)\n"
+        "db.delete(b'old3')\n"
+        "print(db.stats()['live_overlay'], flush=True)\nimport time; time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"1"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    if boot == "rebooted":
+        monkeypatch.setenv("URINGKIT_KV_BOOT_ID", "boot-b")
+    with kv.open(p, durability="none") as db:
+        assert db.recovery["from_snapshot"]
+        assert db.recovery["from_overlay"] == (boot == "same")
+        assert db.recovery["records"] == (0 if boot == "same" else 501)
+        assert len(db) == 1000 + 500 - 1
+        assert db.get(b"new499") == b"n" * 30 and db.get(b"old3") is None
+
+
 @pytest.mark.parametrize("overlay", ["1", "0"])
 def test_killed_writer_leaves_its_live_overlay(tmp_path: Path, overlay: str) -> None:
     """A writer of a store opened from INDEX keeps what it changed in the shared OVERLAY
