@@ -535,6 +535,34 @@ def test_killed_writer_leaves_no_torn_tail_after_its_allocated_space(tmp_path: P
         assert db.get(b"after") == b"kill" and db.get(b"k499") == b"v" * 50
 
 
+# A writer of a store opened from INDEX (a live overlay): 2,000 puts, an overwrite, a
+# delete and a batch, then it says whether its overlay is the shared file, and waits.
+_OVERLAY_WRITER = (
+    "import sys\nfrom uringkit import kv\n"
+    "db = kv.open(sys.argv[1], durability=sys.argv[2])\n"
+    "for i in range(2000):\n    db.put(b'new%d' % i, b'n' * 30)\n"
+    "db.put(b'old7', b'rewritten')\n"
+    "db.delete(b'old8')\n"
+    "with db.batch() as b:\n    b.put(b'b1', b'x'); b.delete(b'old9')\n"
+    "print(db.stats()['live_overlay'], flush=True)\nimport time; time.sleep(60)\n"
+)
+
+
+def _killed_after_a_line(code: str, *args: str, env: dict[str, str] | None = None) -> bytes:
+    """Run `python -c code *args` until it prints a line, then SIGKILL it (a writer
+    killed between writes); returns the line, stripped."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    try:
+        return proc.stdout.readline().strip()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+
+
 @pytest.mark.parametrize("boot", ["same", "rebooted"])
 def test_a_live_overlay_is_trusted_within_its_boot_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot: str
@@ -544,33 +572,21 @@ def test_a_live_overlay_is_trusted_within_its_boot_only(
     stand-in for the kernel's boot id) decides what a boot is: a killed writer's
     overlay is taken back under the same value, replayed past under another — the
     same store either way."""
-    import signal
 
     p = tmp_path / "db"
     monkeypatch.setenv("URINGKIT_KV_BOOT_ID", "boot-a")
     with kv.open(p, durability="none") as db:
-        db.write([(b"old%d" % i, b"o" * 20) for i in range(1000)])
-    code = (
-        "import sys\nfrom uringkit import kv\n"
-        "db = kv.open(sys.argv[1], durability='none')\n"
-        "for i in range(500):\n    db.put(b'new%d' % i, b'n' * 30)\n"
-        "db.delete(b'old3')\n"
-        "print(db.stats()['live_overlay'], flush=True)\nimport time; time.sleep(60)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == b"1"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc.stdout.close()
+        db.write([(b"old%d" % i, b"o" * 20) for i in range(3000)])
+    assert _killed_after_a_line(_OVERLAY_WRITER, str(p), "none") == b"1"
     if boot == "rebooted":
         monkeypatch.setenv("URINGKIT_KV_BOOT_ID", "boot-b")
     with kv.open(p, durability="none") as db:
         assert db.recovery["from_snapshot"]
         assert db.recovery["from_overlay"] == (boot == "same")
-        assert db.recovery["records"] == (0 if boot == "same" else 501)
-        assert len(db) == 1000 + 500 - 1
-        assert db.get(b"new499") == b"n" * 30 and db.get(b"old3") is None
+        # (the overlay's keys, or the 2,000 puts, overwrite, delete and batch replayed)
+        assert (db.recovery["records"] == 0) == (boot == "same")
+        assert len(db) == 3000 + 2000 + 1 - 2
+        assert db.get(b"new1999") == b"n" * 30 and db.get(b"old8") is None
 
 
 @pytest.mark.parametrize("overlay", ["1", "0"])
@@ -579,31 +595,15 @@ def test_killed_writer_leaves_its_live_overlay(tmp_path: Path, overlay: str) -> 
     file; SIGKILLed between writes, its successor takes that back and replays nothing,
     with every put, overwrite, delete and batch there (URINGKIT_KV_OVERLAY=0: the
     overlay stays on the heap and the log since INDEX is replayed, same result)."""
-    import signal
 
     p = tmp_path / "db"
     with kv.open(p, durability="none") as db:
         db.write([(b"old%d" % i, b"o" * 20) for i in range(3000)])
-    code = (
-        "import sys\nfrom uringkit import kv\n"
-        "db = kv.open(sys.argv[1], durability=sys.argv[2])\n"
-        "for i in range(2000):\n    db.put(b'new%d' % i, b'n' * 30)\n"
-        "db.put(b'old7', b'rewritten')\n"
-        "db.delete(b'old8')\n"
-        "with db.batch() as b:\n    b.put(b'b1', b'x'); b.delete(b'old9')\n"
-        "print(db.stats()['live_overlay'], flush=True)\nimport time; time.sleep(60)\n"
-    )
     env = {**os.environ, "URINGKIT_KV_OVERLAY": overlay}
     for durability in ("none", "sync"):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(p), durability], stdout=subprocess.PIPE, env=env
-        )
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == overlay.encode()
+        got = _killed_after_a_line(_OVERLAY_WRITER, str(p), durability, env=env)
+        assert got == overlay.encode()
         assert (p / "OVERLAY").exists() == (overlay == "1")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
         with kv.open(p, durability="none") as db:
             assert db.recovery["from_snapshot"]
             assert db.recovery["from_overlay"] == (overlay == "1")
