@@ -1218,6 +1218,74 @@ def test_iterator_in_key_order(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("durability", ["none", "sync"])
+def test_range_scans_keep_up_with_every_change(tmp_path: Path, durability: str) -> None:
+    """The first bounded scan sorts the keys and the store keeps them sorted (docs/kv.md):
+    random puts of new and old keys, deletes, batches, delete_range, compactions and a
+    reopen, with range, prefix and unbounded scans between them and through snapshots
+    taken on the way, each against a model."""
+    rng = random.Random(11)
+    model: dict[bytes, bytes] = {}
+    snaps: list[tuple[kv.Snapshot, dict[bytes, bytes]]] = []
+
+    def key() -> bytes:
+        return b"k%04d" % rng.randrange(3000)
+
+    def scans(reader: Any, m: dict[bytes, bytes]) -> None:
+        lo, hi = sorted([key(), key()])
+        want = sorted((k, v) for k, v in m.items() if lo <= k < hi)
+        assert list(reader.iterator(start=lo, stop=hi)) == want
+        pre = key()[:3]
+        assert list(reader.iterator(prefix=pre, include_value=False)) == sorted(
+            k for k in m if k.startswith(pre)
+        )
+        assert list(reader.iterator(start=lo, reverse=True, include_value=False)) == sorted(
+            (k for k in m if k >= lo), reverse=True
+        )
+
+    db = kv.open(tmp_path / "db", durability=durability, segment_size=256 << 10)
+    assert db.stats()["order_bytes"] == 0
+    try:
+        for step in range(1500):
+            op = rng.random()
+            if op < 0.5:
+                k, v = key(), b"v%d" % step
+                db.put(k, v)
+                model[k] = v
+            elif op < 0.7:
+                k = key()
+                assert db.delete(k) == (k in model)
+                model.pop(k, None)
+            elif op < 0.8:
+                ops = [(key(), b"b%d" % step if rng.random() < 0.7 else None) for _ in range(20)]
+                db.write(ops)
+                for k, v in ops:
+                    if v is None:
+                        model.pop(k, None)
+                    else:
+                        model[k] = v
+            elif op < 0.82:
+                pre = key()[:4]
+                db.delete_range(prefix=pre)
+                model = {k: v for k, v in model.items() if not k.startswith(pre)}
+            elif op < 0.83:
+                db.compact()
+            elif op < 0.835:
+                db.close()
+                db = kv.open(tmp_path / "db", durability=durability, segment_size=256 << 10)
+                snaps = []  # (closed with the store)
+            elif op < 0.85 and len(snaps) < 3:
+                snaps.append((db.snapshot(), dict(model)))
+            scans(db, model)
+            if snaps and step % 7 == 0:
+                snap, then = rng.choice(snaps)
+                scans(snap, then)
+        assert list(db.iterator(include_value=False)) == sorted(model)
+        assert db.stats()["order_bytes"] > 0
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("durability", ["none", "sync"])
 def test_iterator_is_a_snapshot(tmp_path: Path, durability: str) -> None:
     """As LevelDB's and RocksDB's: the pairs as they were when iterator() was called,
     whatever is put, deleted or compacted before or while it is read — the records it

@@ -267,8 +267,10 @@ class _Reads:
         the call — the segments they are in stay open while the iterator lives, so the
         disk space of segments a compaction retires meanwhile is freed when it is done
         with. Closing the store ends it (ValueError at the next chunk).
-        The index is a hash table (Bitcask): each call filters every key and sorts the
-        matches, O(n + m log m) — for scans, not for point lookups."""
+        The index is a hash table (Bitcask): the first bounded scan (prefix, start or
+        stop) sorts every key once, and the store keeps them sorted for later scans —
+        O(log n + m) each — at the cost of the keys' bytes once more plus 8 bytes a key
+        (`stats()["order_bytes"]`). See docs/kv.md."""
         return _scan_iter(self._reader().scan(prefix, start, stop, reverse), include_value)
 
 
@@ -494,7 +496,8 @@ class DB(_Closes, _Reads):
         snapshot), index_growing (1 while the index's hash table doubles a few keys per
         put, or the keys added over INDEX join it the same way: no put waits for all of
         it — see docs/kv.md), index_verified (1 once that snapshot's checksums have been
-        checked),
+        checked), order_bytes (memory of the keys kept sorted for range scans once one
+        has run: see `iterator`),
         seq, warmed_bytes (segment bytes the background warm-up has read in, see
         `open(warm=...)`), io_uring, direct, write_syscalls, mapped_writes (1 when
         "none"/"batch" writes are copied into the active segment's shared mapping rather

@@ -323,6 +323,16 @@ pub struct Index {
     /// appended (see `Store::refresh`): each key put or removed, with the entry a lookup
     /// saw before (None: absent or a tombstone), in order. Off (`None`) otherwise.
     pub(crate) journal: Option<Vec<(Vec<u8>, Option<Loc>)>>,
+    /// Once a range scan has sorted the keys (`super::order`): the keys inserted since
+    /// the scans last took them in, as a key log ([`super::order::log_push`]). Dropped
+    /// (`None`: the next scan sorts afresh) past [`added_max`] bytes.
+    pub(crate) added: Option<Vec<u8>>,
+}
+
+/// Bytes of inserted keys the index logs for range scans, beyond which it stops (8 bytes
+/// a key of the index, at least 4 MiB): the next scan sorts every key again instead.
+fn added_max(keys: usize) -> usize {
+    (4 << 20).max(keys.saturating_mul(8))
 }
 
 /// Keys before the overlay reaches [`OVERLAY_MAX`] at which the heap tail it will need is
@@ -404,6 +414,7 @@ impl Index {
             merging: None,
             tail_ahead: None,
             journal: None,
+            added: None,
         }
     }
 
@@ -566,6 +577,19 @@ impl Index {
 
     /// [`Index::put_with`] with the key's [`Index::hash`] computed by the caller.
     pub fn put_hashed(&mut self, key: &[u8], h: u64, loc: Loc, seq: Option<u64>) -> Put {
+        let put = self.put_hashed_in(key, h, loc, seq);
+        if put == Put::Inserted {
+            if let Some(log) = &mut self.added {
+                super::order::log_push(log, key);
+                if log.len() > added_max(self.len()) {
+                    self.added = None;
+                }
+            }
+        }
+        put
+    }
+
+    fn put_hashed_in(&mut self, key: &[u8], h: u64, loc: Loc, seq: Option<u64>) -> Put {
         if self.journal.is_some() {
             self.log_before(key, h);
         }
@@ -1328,6 +1352,7 @@ impl Index {
             merging: None,
             tail_ahead: None,
             journal: None,
+            added: None,
         })
     }
 }

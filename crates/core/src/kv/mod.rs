@@ -4,6 +4,7 @@ pub mod append;
 pub mod dict;
 pub mod index;
 pub mod mapped;
+pub mod order;
 pub mod overlay;
 pub mod record;
 pub mod snapshot;

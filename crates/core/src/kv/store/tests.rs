@@ -2649,3 +2649,83 @@ fn a_view_reads_the_store_as_it_was_through_an_overlay_merge_and_a_compaction() 
     assert_eq!(s.view_close(now), Some(0));
     assert_eq!(s.views(), 0);
 }
+
+#[test]
+fn range_scans_follow_the_keys_through_a_lost_log_and_mass_deletes() {
+    // The sorted order of range scans (kv/order.rs) against a model: built by the first
+    // bounded scan; keys inserted after it taken in by the next scan; the index's log
+    // of inserts dropped when it outgrows its bound (the next scan sorts afresh); keys
+    // deleted en masse (the order then holds more than twice the store's keys: sorted
+    // afresh); an unbounded scan after it walks the order.
+    let d = tempfile::tempdir().unwrap();
+    let (o, _) = unsynced(&d, opts());
+    let s = Store::open(d.path(), o).unwrap();
+    let key = |i: u32| format!("k{:07}", i * 7919 % 1_000_003).into_bytes();
+    let mut model = std::collections::BTreeSet::new();
+    let check = |s: &Store, model: &std::collections::BTreeSet<Vec<u8>>, lo: &[u8], hi: &[u8]| {
+        let got: Vec<Vec<u8>> = s
+            .scan(b"k", Some(lo), Some(hi))
+            .unwrap()
+            .into_iter()
+            .map(|l| l.0)
+            .collect();
+        let want: Vec<Vec<u8>> = model.range(lo.to_vec()..hi.to_vec()).cloned().collect();
+        assert_eq!(got, want, "[{:?}, {:?})", lo, hi);
+    };
+    for i in 0..1000 {
+        s.put(&key(i), b"v").unwrap();
+        model.insert(key(i));
+    }
+    assert!(s.order.lock().unwrap().is_none(), "no order before a scan");
+    check(&s, &model, b"k0", b"k1");
+    let logging = |s: &Store| s.state.read().unwrap().index.added.is_some();
+    assert!(
+        logging(&s),
+        "the index logs its inserts once a scan sorted the keys"
+    );
+    // the log dropped (as when it outgrows its bound, 4 MiB: ~350,000 8-byte keys):
+    // the index goes on without it, the next scan sorts afresh
+    s.state.write().unwrap().index.added = None;
+    for i in 1000..80_000 {
+        s.put(&key(i), b"v").unwrap();
+        model.insert(key(i));
+    }
+    assert!(!logging(&s));
+    check(&s, &model, b"k0001000", b"k0002000");
+    assert!(logging(&s));
+    // a few inserts and deletes between scans
+    for i in 80_000..80_100 {
+        s.put(&key(i), b"v").unwrap();
+        model.insert(key(i));
+        s.delete(&key(i - 79_000)).unwrap();
+        model.remove(&key(i - 79_000));
+        let lo = key(i - 5);
+        check(&s, &model, &lo, &[&lo[..4], b"\xff"].concat());
+        check(&s, &model, &key(i), &[&key(i)[..], b"\0"].concat()); // (just put)
+    }
+    // most keys deleted: the order is sorted afresh, and keeps up after
+    for i in 0..75_000 {
+        if s.delete(&key(i)).unwrap() {
+            model.remove(&key(i));
+        }
+    }
+    let before = s.order.lock().unwrap().as_ref().unwrap().len();
+    check(&s, &model, b"k", b"k1");
+    let after = s.order.lock().unwrap().as_ref().unwrap().len();
+    assert!(
+        before > 2 * model.len() && after == model.len(),
+        "{before} -> {after}"
+    );
+    let all: Vec<Vec<u8>> = s
+        .scan(b"", None, None)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.0)
+        .collect();
+    assert_eq!(all, model.iter().cloned().collect::<Vec<_>>());
+    // a deleted key put back, a key both in the order and logged: listed once
+    s.put(&key(1), b"back").unwrap();
+    model.insert(key(1));
+    check(&s, &model, b"k", b"k2");
+    assert!(s.stats().iter().any(|(k, v)| k == "order_bytes" && *v > 0));
+}

@@ -207,24 +207,37 @@ impl Store {
         stop: Option<&[u8]>,
     ) -> io::Result<Vec<Listed>> {
         self.flush_for_scan()?;
-        let mut ls: Vec<Listed> = {
-            let st = self.state.read().expect("state");
-            let v = st.views.get(&id).ok_or_else(closed_view)?;
-            let now = st
-                .index
-                .iter()
-                .filter(|(k, _)| !v.before.contains_key(*k) && in_range(k, prefix, start, stop))
-                .map(|(k, l)| (k.to_vec(), l, st.segs[&l.seg].clone()));
-            let mut ls: Vec<Listed> = now.collect();
-            for (k, &l) in &v.before {
-                if l.is_tombstone() || !in_range(k, prefix, start, stop) {
-                    continue;
-                }
-                let seg = v.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
-                ls.push((k.to_vec(), l, seg.clone()));
-            }
-            ls
+        let bounded = !prefix.is_empty() || start.is_some() || stop.is_some();
+        let mut order = self.order.lock().expect("order");
+        let o = match order.is_some() || bounded {
+            true => Some(self.order_caught_up(&mut order)),
+            false => None,
         };
+        let st = self.state.read().expect("state");
+        let v = st.views.get(&id).ok_or_else(closed_view)?;
+        // the keys as they are now, but those changed since the view was taken; then
+        // those as they were
+        let mut ls: Vec<Listed> = Vec::new();
+        let mut now = |k: &[u8], l: Loc| {
+            if !v.before.contains_key(k) {
+                ls.push((k.to_vec(), l, st.segs[&l.seg].clone()));
+            }
+        };
+        match o {
+            Some(o) => Self::walk_range(&st, o, prefix, start, stop, now),
+            None => st.index.iter().for_each(|(k, l)| now(k, l)),
+        }
+        let sorted = ls.len();
+        for (k, &l) in &v.before {
+            if l.is_tombstone() || !in_range(k, prefix, start, stop) {
+                continue;
+            }
+            let seg = v.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
+            ls.push((k.to_vec(), l, seg.clone()));
+        }
+        if o.is_some() && sorted == ls.len() {
+            return Ok(ls);
+        }
         ls.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(ls)
     }
