@@ -86,6 +86,27 @@ class Store:
             return s.__getitem__, lambda: None
         return s.get, s.close
 
+    def scan(self, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
+        """The (key, value) pairs in [start, stop), in key order (benches/kv_range.py)."""
+        if self.name in ("xkv", "leveldb"):
+            return list(self.db.iterator(start=start, stop=stop))
+        out = []
+        if self.name == "rocksdb":
+            it = self.db.iter()
+            it.seek(start)
+            while it.valid() and it.key() < stop:
+                out.append((it.key(), it.value()))
+                it.next()
+            return out
+        with self.db.begin() as t:
+            c = t.cursor()
+            if c.set_range(start):
+                for k, v in c:
+                    if k >= stop:
+                        break
+                    out.append((k, v))
+        return out
+
     def close(self) -> None:
         self.db.close()
 

@@ -474,8 +474,12 @@ impl Index {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Loc> {
+        self.get_hashed(key, self.hash(key))
+    }
+
+    /// [`Index::get`] with the key's [`Index::hash`] computed by the caller.
+    pub fn get_hashed(&self, key: &[u8], h: u64) -> Option<Loc> {
         let arena = &self.arena;
-        let h = self.hash(key);
         let eq = |e: &Entry| Self::key_at(arena, e.at()) == key;
         let over = match self.over.is_empty() {
             true => None,

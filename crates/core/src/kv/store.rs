@@ -135,6 +135,9 @@ const KEEP_OVERLAY_LOG_MAX: u64 = 64 << 20;
 /// sorted) before a scan sorts them afresh.
 const ORDER_STALE_MIN: usize = 1 << 16;
 
+/// Keys a range scan looks up in the index at once (their entries prefetched first).
+const WALK_AHEAD: usize = 16;
+
 /// Values compressed ahead of encoding ([`Store::pack`]): per op, the stored bytes and
 /// their compression flag, or None (stored as it is); empty without compression. It
 /// pins the zstd dictionaries its frames were compressed with until it is dropped —
@@ -4506,12 +4509,24 @@ impl Store {
         // (every key with the prefix is at least the prefix: the walk starts at the
         // larger of the two bounds, and ends at the first key past either)
         let lower = start.map_or(prefix, |a| a.max(prefix));
-        for k in o.walk(lower, &extra) {
-            if !k.starts_with(prefix) || stop.is_some_and(|b| k >= b) {
-                break;
-            }
-            if let Some(l) = st.index.get(k) {
-                f(k, l);
+        let mut keys = o
+            .walk(lower, &extra)
+            .take_while(|k| k.starts_with(prefix) && stop.is_none_or(|b| *k < b))
+            .peekable();
+        // looked up WALK_AHEAD at a time, each one's table entry prefetched first: the
+        // lookups' cache misses overlap (one at a time they were ~70 % of a scan)
+        let mut chunk: Vec<(&[u8], u64)> = Vec::with_capacity(WALK_AHEAD);
+        while keys.peek().is_some() {
+            chunk.clear();
+            chunk.extend(keys.by_ref().take(WALK_AHEAD).map(|k| {
+                let h = st.index.hash(k);
+                st.index.warm(h);
+                (k, h)
+            }));
+            for &(k, h) in &chunk {
+                if let Some(l) = st.index.get_hashed(k, h) {
+                    f(k, l);
+                }
             }
         }
     }
