@@ -102,3 +102,35 @@ def alternating_rounds(
             cells, ratio, tail = summary(row)
             print(round_line(r, cells, ratio, tail), flush=True)
     return rows
+
+
+def kv_peers() -> list[str]:
+    """ "xkv" and the peers installed (LevelDB via plyvel, RocksDB via rocksdict, LMDB),
+    a note on stderr for each one that is not."""
+    names = ["xkv"]
+    for name, mod in (("leveldb", "plyvel"), ("rocksdb", "rocksdict"), ("lmdb", "lmdb")):
+        try:
+            __import__(mod)
+            names.append(name)
+        except ImportError:
+            print(f"{mod} is not installed: {name} skipped", file=sys.stderr)
+    return names
+
+
+def print_medians(
+    title: str, labels: dict[str, str], names: list[str], med: Row, lower: str
+) -> None:
+    """The median of each row (`labels`: key -> label) per store, with xkv's ratio to
+    the best peer; the row `lower` is better lower (and printed with decimals)."""
+    print(f"\n{title}")
+    print(f"{'':22}" + "".join(f"{n:>14}" for n in names) + "   xkv vs best peer")
+    for w, label in labels.items():
+        vals = [med[n][w] for n in names]
+        peers = vals[1:]
+        low = w == lower
+        ratio = ""
+        if peers:
+            best = min(peers) if low else max(peers)
+            ratio = f"{(best / vals[0] if low else vals[0] / best):.2f}×"
+        cells = "".join(f"{v:>14,.2f}" if low else f"{v:>14,.0f}" for v in vals)
+        print(f"{label:22}{cells}   {ratio}")

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any
 
-from _common import alternating_rounds, emit_json, kv_parser
+from _common import alternating_rounds, emit_json, kv_parser, kv_peers, print_medians
 from kv_snapshot import Store
 
 ROWS = {"first": "first scan (ms)", "scans": "scans x100 (keys/s)"}
@@ -65,13 +65,7 @@ def main() -> int:
     ap = kv_parser(__doc__, rounds=3, keys=1_000_000)
     ap.add_argument("--scans", type=int, default=5000)
     a = ap.parse_args()
-    names = ["xkv"]
-    for name, mod in (("leveldb", "plyvel"), ("rocksdb", "rocksdict"), ("lmdb", "lmdb")):
-        try:
-            __import__(mod)
-            names.append(name)
-        except ImportError:
-            print(f"{mod} is not installed: {name} skipped", file=sys.stderr)
+    names = kv_peers()
 
     def line(_: str, r: dict[str, Any]) -> str:
         return f"first {r['first']:8.2f} ms | scans {r['scans']:>10,.0f} keys/s"
@@ -88,18 +82,7 @@ def main() -> int:
     if a.json:
         emit_json({"keys": a.keys, "scans": a.scans, "rounds": rows, "median": med})
         return 0
-    print(f"\nmedian of {a.rounds} rounds, {a.keys:,} keys:")
-    print(f"{'':22}" + "".join(f"{n:>14}" for n in names) + "   xkv vs best peer")
-    for w, label in ROWS.items():
-        vals = [med[n][w] for n in names]
-        peers = vals[1:]
-        lower = w == "first"
-        ratio = ""
-        if peers:
-            best = min(peers) if lower else max(peers)
-            ratio = f"{(best / vals[0] if lower else vals[0] / best):.2f}×"
-        cells = "".join(f"{v:>14,.2f}" if lower else f"{v:>14,.0f}" for v in vals)
-        print(f"{label:22}{cells}   {ratio}")
+    print_medians(f"median of {a.rounds} rounds, {a.keys:,} keys:", ROWS, names, med, "first")
     return 0
 
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import alternating_rounds, emit_json, kv_parser
+from _common import alternating_rounds, emit_json, kv_parser, kv_peers, print_medians
 
 ROWS = {"take": "take+release (µs)", "writes": "writes held (puts/s)", "gets": "gets (gets/s)"}
 
@@ -149,13 +149,7 @@ def main() -> int:
     ap = kv_parser(__doc__, rounds=3, keys=200_000)
     ap.add_argument("--gets", type=int, default=500_000)
     a = ap.parse_args()
-    names = ["xkv"]
-    for name, mod in (("leveldb", "plyvel"), ("rocksdb", "rocksdict"), ("lmdb", "lmdb")):
-        try:
-            __import__(mod)
-            names.append(name)
-        except ImportError:
-            print(f"{mod} is not installed: {name} skipped", file=sys.stderr)
+    names = kv_peers()
     keys = [os.urandom(16) for _ in range(a.keys)]
 
     def line(_: str, r: dict[str, Any]) -> str:
@@ -174,18 +168,7 @@ def main() -> int:
     if a.json:
         emit_json({"keys": a.keys, "gets": a.gets, "rounds": rows, "median": med})
         return 0
-    print(f"\nmedian of {a.rounds} rounds, {a.keys:,} keys:")
-    print(f"{'':22}" + "".join(f"{n:>14}" for n in names) + "   xkv vs best peer")
-    for w, label in ROWS.items():
-        vals = [med[n][w] for n in names]
-        peers = vals[1:]
-        lower = w == "take"
-        ratio = ""
-        if peers:
-            best = min(peers) if lower else max(peers)
-            ratio = f"{(best / vals[0] if lower else vals[0] / best):.2f}×"
-        cells = "".join(f"{v:>14,.2f}" if lower else f"{v:>14,.0f}" for v in vals)
-        print(f"{label:22}{cells}   {ratio}")
+    print_medians(f"median of {a.rounds} rounds, {a.keys:,} keys:", ROWS, names, med, "take")
     return 0
 
 

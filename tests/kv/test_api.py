@@ -760,11 +760,7 @@ def test_disk_full_takes_the_failed_write_back(small_fs: Path, big: int) -> None
                 ]
                 ops += [(b"keep%d" % (10 + i % 40), None), (b"fresh%d" % i, b"y" * big)]
                 db.write(ops)
-                for k, v in ops:
-                    if v is None:
-                        expect.pop(k, None)
-                    else:
-                        expect[k] = v
+                _apply(expect, ops)
         assert "No space left" in str(ei.value) and "still readable" in str(ei.value)
         assert ei.value.errno == errno.ENOSPC and "os error" not in str(ei.value)
         assert i > 2  # some writes went in before the disk filled
@@ -1217,6 +1213,15 @@ def test_iterator_in_key_order(tmp_path: Path) -> None:
         assert list(db.iterator(prefix=b"nope")) == []
 
 
+def _apply(model: dict[bytes, bytes], ops: list[tuple[bytes, bytes | None]]) -> None:
+    """What db.write(ops) does, done to a model."""
+    for k, v in ops:
+        if v is None:
+            model.pop(k, None)
+        else:
+            model[k] = v
+
+
 @pytest.mark.parametrize("durability", ["none", "sync"])
 def test_range_scans_keep_up_with_every_change(tmp_path: Path, durability: str) -> None:
     """The first bounded scan sorts the keys and the store keeps them sorted (docs/kv.md):
@@ -1258,11 +1263,7 @@ def test_range_scans_keep_up_with_every_change(tmp_path: Path, durability: str) 
             elif op < 0.8:
                 ops = [(key(), b"b%d" % step if rng.random() < 0.7 else None) for _ in range(20)]
                 db.write(ops)
-                for k, v in ops:
-                    if v is None:
-                        model.pop(k, None)
-                    else:
-                        model[k] = v
+                _apply(model, ops)
             elif op < 0.82:
                 pre = key()[:4]
                 db.delete_range(prefix=pre)
