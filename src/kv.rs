@@ -537,6 +537,7 @@ impl KvStore {
             store: slf.clone().unbind(),
             items,
             next: 0,
+            ahead: Vec::new(),
         })
     }
 
@@ -547,9 +548,25 @@ impl KvStore {
         let mut out = Vec::with_capacity(snap.len());
         for (i, item) in snap.iter().enumerate() {
             // (the first values are timed: a cold store starts its warm-up, see
-            // Store::read_scanned)
-            let v = s.read_scanned(item, i < 64).map_err(kv_err)?;
-            out.push((PyBytes::new(py, &item.0), PyBytes::new(py, &v)));
+            // Store::read_scanned; each value is copied once, into its bytes object)
+            let v = s
+                .read_scanned_with(item, i < 64, |b| PyBytes::new(py, b))
+                .map_err(kv_err)?;
+            out.push((PyBytes::new(py, &item.0), v));
+        }
+        PyList::new(py, out)
+    }
+
+    /// A snapshot of every value (in the order of the keys of the same snapshot).
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let s = self.store()?;
+        let snap = s.snapshot().map_err(kv_err)?;
+        let mut out = Vec::with_capacity(snap.len());
+        for (i, item) in snap.iter().enumerate() {
+            out.push(
+                s.read_scanned_with(item, i < 64, |b| PyBytes::new(py, b))
+                    .map_err(kv_err)?,
+            );
         }
         PyList::new(py, out)
     }
@@ -669,33 +686,57 @@ pub struct KvScan {
     store: Py<KvStore>,
     items: Vec<Listed>,
     next: usize,
+    /// (key, value) pairs read ahead for `__next__`, in reverse (popped from the end)
+    ahead: Vec<Py<PyAny>>,
+}
+
+/// Pairs a scan iterated with `__next__` reads at a time.
+const SCAN_AHEAD: usize = 1000;
+
+impl KvScan {
+    /// The next `n` (key, value) pairs as tuples (none at the end), values read with the
+    /// GIL released.
+    fn read_pairs(&mut self, py: Python<'_>, n: usize) -> PyResult<Vec<Py<PyAny>>> {
+        let s = self.store.get().store()?;
+        let end = self.next.saturating_add(n).min(self.items.len());
+        let part = &self.items[self.next..end];
+        let vals = py.detach(|| s.read_listed(part)).map_err(kv_err)?;
+        let mut out = Vec::with_capacity(part.len());
+        for ((k, _, _), v) in part.iter().zip(vals) {
+            let pair = (PyBytes::new(py, k), PyBytes::new(py, &v));
+            out.push(pair.into_pyobject(py)?.into_any().unbind());
+        }
+        self.next = end;
+        Ok(out)
+    }
 }
 
 #[pymethods]
 impl KvScan {
-    fn __len__(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Every key of the scan, in its order.
-    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    /// Every key of the scan, in its order. (Not `keys`: the scan is also the iterator
+    /// of its pairs, and `dict()` takes anything with a `keys` method for a mapping.)
+    fn key_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         PyList::new(py, self.items.iter().map(|(k, _, _)| PyBytes::new(py, k)))
     }
 
     /// The next `n` (key, value) pairs; an empty list at the end. The store must still be
     /// open (ValueError once it is closed).
     fn next_items<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
-        let s = self.store.get().store()?;
-        let end = self.next.saturating_add(n).min(self.items.len());
-        let part = &self.items[self.next..end];
-        let vals = py.detach(|| s.read_listed(part)).map_err(kv_err)?;
-        let pairs = part
-            .iter()
-            .zip(vals)
-            .map(|((k, _, _), v)| (PyBytes::new(py, k), PyBytes::new(py, &v)));
-        let out = PyList::new(py, pairs)?;
-        self.next = end;
-        Ok(out)
+        PyList::new(py, self.read_pairs(py, n)?)
+    }
+
+    /// The (key, value) pairs one at a time, read SCAN_AHEAD at a time (as `next_items`):
+    /// no Python generator between them and the caller.
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        if self.ahead.is_empty() {
+            self.ahead = self.read_pairs(py, SCAN_AHEAD)?;
+            self.ahead.reverse();
+        }
+        Ok(self.ahead.pop())
     }
 }
 
@@ -833,6 +874,7 @@ impl KvView {
             store: self.owner.clone_ref(py),
             items,
             next: 0,
+            ahead: Vec::new(),
         })
     }
 

@@ -64,12 +64,9 @@ def _need_bound(prefix: bytes | None, start: bytes | None, stop: bytes | None) -
 
 
 def _scan_iter(scan: KvScan, include_value: bool) -> Iterator[Any]:
-    """A scan's keys, or its (key, value) pairs read a chunk at a time."""
-    if not include_value:
-        yield from scan.keys()
-        return
-    while chunk := scan.next_items(_SCAN_CHUNK):
-        yield from chunk
+    """A scan's keys, or its (key, value) pairs read a chunk at a time (natively: no
+    generator frame per pair)."""
+    return scan if include_value else iter(scan.key_list())
 
 
 MAX_VALUE = 64 * 1024 * 1024
@@ -305,7 +302,7 @@ class Snapshot(KvView, _Closes, _Reads):  # (close and closed: KvView's own)
 
     def keys(self) -> list[bytes]:
         """The keys then, in key order."""
-        return self.scan().keys()
+        return self.scan().key_list()
 
     def items(self) -> list[tuple[bytes, bytes]]:
         """The (key, value) pairs then, in key order."""
@@ -400,7 +397,7 @@ class DB(_Closes, _Reads):
 
     def values(self) -> list[bytes]:
         """A snapshot of the values (in the order of `keys()` taken at the same time)."""
-        return [v for _, v in self._s.items()]
+        return self._s.values()
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
@@ -417,7 +414,7 @@ class DB(_Closes, _Reads):
         DeleteRange; give at least one bound) in one atomic batch; returns how many.
         A key put by another thread after the keys were listed is not deleted."""
         _need_bound(prefix, start, stop)
-        keys = self._s.scan(prefix, start, stop).keys()
+        keys = self._s.scan(prefix, start, stop).key_list()
         if keys:
             self._s.batch([(k, None) for k in keys])
         return len(keys)
@@ -725,7 +722,7 @@ class _AsyncReads:
         reader, run = self._reader()
         scan = await run(reader.scan, prefix, start, stop, reverse)
         if not include_value:
-            keys: list[bytes] = scan.keys()
+            keys: list[bytes] = scan.key_list()
             for k in keys:
                 yield k
             return
@@ -1012,7 +1009,7 @@ class AsyncDB(_AsyncReads):
         durability="sync", through the loop's ring like any batch)."""
         _need_bound(prefix, start, stop)
         scan = await self._run(self.db._s.scan, prefix, start, stop)
-        keys: list[bytes] = scan.keys()
+        keys: list[bytes] = scan.key_list()
         if keys:
             await self.write([(k, None) for k in keys])
         return len(keys)

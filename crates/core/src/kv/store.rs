@@ -4560,11 +4560,22 @@ impl Store {
     /// read at random, one page per fault: the whole of a cold 1M-key store read so took
     /// 3.6 s). A scan probes its first few values.
     pub fn read_scanned(&self, item: &Listed, probe: bool) -> io::Result<Vec<u8>> {
+        self.read_scanned_with(item, probe, <[u8]>::to_vec)
+    }
+
+    /// [`Store::read_scanned`], handing the value to `f` where it lies (one copy fewer
+    /// when `f` makes the caller's own object).
+    pub fn read_scanned_with<R>(
+        &self,
+        item: &Listed,
+        probe: bool,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
         let (k, l, seg) = item;
         if probe && !seg.resident(l.off, HEADER + k.len() + l.val_len as usize) {
             self.warm_up_auto();
         }
-        self.read_value(seg, *l, k)
+        self.read_value_with(seg, *l, k, f)
     }
 
     // ----- catching up (read-only) -----------------------------------------------------
