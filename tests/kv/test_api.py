@@ -1286,6 +1286,52 @@ def test_range_scans_keep_up_with_every_change(tmp_path: Path, durability: str) 
         db.close()
 
 
+def test_range_scans_while_threads_write(tmp_path: Path) -> None:
+    """Scans from two threads while two others put and delete keys between the
+    permanent ones: every scan is sorted, in range, holds every permanent key in range
+    with its value, and no key twice."""
+    with kv.open(tmp_path / "db", durability="none") as db:
+        db.write([(b"p%05d" % i, b"keep") for i in range(0, 20000, 10)])
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def writer(t: int) -> None:
+            rng = random.Random(t)
+            while not stop.is_set():
+                k = b"p%05d" % (rng.randrange(20000) // 10 * 10 + rng.randrange(1, 10))
+                if rng.random() < 0.6:
+                    db.put(k, b"tmp")
+                else:
+                    db.delete(k)
+
+        def scanner(t: int) -> None:
+            rng = random.Random(100 + t)
+            try:
+                for _ in range(300):
+                    a = rng.randrange(19000)
+                    lo, hi = b"p%05d" % a, b"p%05d" % (a + rng.randrange(1, 1000))
+                    got = list(db.iterator(start=lo, stop=hi))
+                    keys = [k for k, _ in got]
+                    assert keys == sorted(set(keys)) and all(lo <= k < hi for k in keys)
+                    kept = {k: v for k, v in got if int(k[1:]) % 10 == 0}
+                    want = {b"p%05d" % i for i in range(a + (-a) % 10, 20000, 10)}
+                    assert set(kept) == {k for k in want if lo <= k < hi}
+                    assert all(v == b"keep" for v in kept.values())
+            except BaseException as e:  # (reported by the main thread)
+                errors.append(e)
+
+        ws = [threading.Thread(target=writer, args=(t,)) for t in range(2)]
+        ss = [threading.Thread(target=scanner, args=(t,)) for t in range(2)]
+        for th in ws + ss:
+            th.start()
+        for th in ss:
+            th.join()
+        stop.set()
+        for th in ws:
+            th.join()
+        assert not errors, errors[0]
+
+
 @pytest.mark.parametrize("durability", ["none", "sync"])
 def test_iterator_is_a_snapshot(tmp_path: Path, durability: str) -> None:
     """As LevelDB's and RocksDB's: the pairs as they were when iterator() was called,
