@@ -494,7 +494,8 @@ class DB(_Closes, _Reads):
         put, or the keys added over INDEX join it the same way: no put waits for all of
         it — see docs/kv.md), index_verified (1 once that snapshot's checksums have been
         checked), order_bytes (memory of the keys kept sorted for range scans once one
-        has run: see `iterator`),
+        has run: see `iterator`), order_sorts (scans that sorted every key: the first
+        of a process, unless the last close saved them in `ORDER` for this state),
         seq, warmed_bytes (segment bytes the background warm-up has read in, see
         `open(warm=...)`), io_uring, direct, write_syscalls, mapped_writes (1 when
         "none"/"batch" writes are copied into the active segment's shared mapping rather

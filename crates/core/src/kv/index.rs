@@ -418,6 +418,11 @@ impl Index {
         }
     }
 
+    /// The seed of the index's hash (per store, kept across opens by `INDEX`).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// The hash `*_hashed` methods take (computing it ahead lets a caller prefetch).
     pub fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)

@@ -13,9 +13,57 @@
 //!
 //! Memory: the keys' bytes once more plus 8 bytes a key (the sorted run), and keys taken
 //! in since the run was last merged at ~60 bytes each (at most an eighth of the run's).
+//!
+//! A store that has an order writes it out when it closes (`ORDER`, [`Order::save`]), so
+//! that the next process's first scan reads it (~15 ms for a million keys) instead of
+//! sorting (~250 ms). The file names the store state it holds the keys of — the index's
+//! hash seed, the sequence number of the last record, and the number of keys — and is
+//! used only by an open that recovers exactly that state ([`saved_matches`]); from there
+//! the index logs its inserts as if a scan had sorted the keys at open. Layout
+//! (little-endian): `"XVO1"`, u32 version, u64 seed, u64 seq, u64 keys (the index's),
+//! u64 n (keys in the order), u64 key bytes, u32 crc32c of what follows, u32 0; then
+//! n + 1 u64 offsets and the keys back to back.
 
 use std::collections::BTreeSet;
+use std::io::{self, Write};
 use std::iter::Peekable;
+use std::path::Path;
+
+/// The file a closing store writes its order to.
+pub const FILE: &str = "ORDER";
+const MAGIC: &[u8; 4] = b"XVO1";
+const VERSION: u32 = 1;
+const HEAD: usize = 4 + 4 + 8 * 5 + 4 + 4;
+
+/// What an `ORDER` file says it holds the keys of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saved {
+    pub seed: u64,
+    pub seq: u64,
+    pub keys: u64,
+}
+
+fn head_of(b: &[u8]) -> Option<(Saved, u64, u64, u32)> {
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
+    if b.len() < HEAD || &b[..4] != MAGIC || b[4..8] != VERSION.to_le_bytes() {
+        return None;
+    }
+    let saved = Saved {
+        seed: u64_at(8),
+        seq: u64_at(16),
+        keys: u64_at(24),
+    };
+    let crc = u32::from_le_bytes(b[48..52].try_into().expect("4"));
+    Some((saved, u64_at(32), u64_at(40), crc))
+}
+
+/// Whether `dir`'s `ORDER` file holds the keys of the state `now` (its header read).
+pub fn saved_matches(dir: &Path, now: Saved) -> bool {
+    let mut head = [0u8; HEAD];
+    let read = std::fs::File::open(dir.join(FILE))
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+    read.is_ok() && head_of(&head).is_some_and(|(s, _, _, _)| s == now)
+}
 
 /// Keys in ascending order, each once, back to back.
 #[derive(Default)]
@@ -123,6 +171,66 @@ impl Order {
         }
     }
 
+    /// The order `dir`'s `ORDER` file holds, if it holds the keys of `now` and is whole
+    /// (its CRC holds).
+    pub fn load(dir: &Path, now: Saved) -> Option<Order> {
+        let b = std::fs::read(dir.join(FILE)).ok()?;
+        let (saved, n, bytes, crc) = head_of(&b)?;
+        let (n, bytes) = (usize::try_from(n).ok()?, usize::try_from(bytes).ok()?);
+        let offs_len = n.checked_add(1)?.checked_mul(8)?;
+        if saved != now || b.len() != HEAD.checked_add(offs_len)?.checked_add(bytes)? {
+            return None;
+        }
+        if crc32c::crc32c(&b[HEAD..]) != crc {
+            return None;
+        }
+        let at: Vec<usize> = b[HEAD..HEAD + offs_len]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")) as usize)
+            .collect();
+        let buf = b[HEAD + offs_len..].to_vec();
+        // offsets ascending from 0 to the end of the keys (the keys' order is not
+        // re-checked: the CRC says the file is what a close wrote)
+        let sane = at.first() == Some(&0)
+            && at.last() == Some(&buf.len())
+            && at.windows(2).all(|w| w[0] <= w[1]);
+        sane.then(|| Order {
+            run: Run { buf, at },
+            ..Order::default()
+        })
+    }
+
+    /// Write this order to `dir`'s `ORDER` file, as the keys of the state `now` (every
+    /// key the index has must be in it), through a temporary file renamed over it: a
+    /// crash leaves the old file, the new one, or one whose CRC fails — never used.
+    pub fn save(&mut self, dir: &Path, now: Saved) -> io::Result<()> {
+        self.merge();
+        let mut head = Vec::with_capacity(HEAD);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        for v in [now.seed, now.seq, now.keys] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.extend_from_slice(&(self.run.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(self.run.buf.len() as u64).to_le_bytes());
+        let offs: Vec<u8> = self
+            .run
+            .at
+            .iter()
+            .flat_map(|&a| (a as u64).to_le_bytes())
+            .collect();
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&offs), &self.run.buf);
+        head.extend_from_slice(&crc.to_le_bytes());
+        head.extend_from_slice(&0u32.to_le_bytes());
+        let tmp = dir.join(format!("{FILE}.tmp"));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&head)?;
+        f.write_all(&offs)?;
+        f.write_all(&self.run.buf)?;
+        drop(f);
+        std::fs::rename(&tmp, dir.join(FILE))
+    }
+
     /// Take in the keys of a key log (the index's inserts since the last one).
     pub fn absorb(&mut self, log: &[u8]) {
         for k in log_keys(log) {
@@ -137,6 +245,9 @@ impl Order {
 
     /// Merge the recent keys into the run.
     fn merge(&mut self) {
+        if self.recent.is_empty() {
+            return;
+        }
         let recent = std::mem::take(&mut self.recent);
         let n = self.run.len() + recent.len();
         let bytes = self.run.buf.len() + std::mem::take(&mut self.recent_bytes);

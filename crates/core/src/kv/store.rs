@@ -5,7 +5,7 @@ use super::append::Appender;
 use super::dict::{self, Zstd};
 use super::index::{Entry, Index, Loc, Put, OVERLAY_MAX, TOMBSTONE};
 use super::mapped;
-use super::order::{self, Order};
+use super::order::{self, Order, Saved};
 use super::overlay;
 use super::record::{self, Kind, FLAG_BATCH, FLAG_COMPRESSED, FLAG_LZ4, FLAG_ZSTD, HEADER};
 use super::snapshot::{self, SnapSeg};
@@ -659,6 +659,12 @@ pub struct Store {
     compacting: Mutex<()>,
     /// The keys sorted for range scans, once one has run (see [`super::order`]).
     order: Mutex<Option<Order>>,
+    /// The state `ORDER` holds the keys of, while that file is this store's to use (it
+    /// held this open's keys, or this store saved it; see [`super::order`]).
+    order_file: Mutex<Option<Saved>>,
+    /// Scans that sorted every key (the first, or one after the order went stale or its
+    /// log was dropped): `stats()["order_sorts"]`.
+    order_sorts: AtomicU64,
     /// Its memory, as the last scan left it (for `stats()`, which does not wait for a
     /// scan sorting the keys).
     order_bytes: AtomicU64,
@@ -1811,6 +1817,24 @@ impl Store {
             // (a forked child lets the lock go: see sys/fork.rs)
             fork::hold_lock(lock_fd);
         }
+        // the keys in order as the last close left them, if this is the state it left
+        // (from here on the index logs its inserts, as after a scan sorted them)
+        let now = Saved {
+            seed: index.seed(),
+            seq,
+            keys: index.len() as u64,
+        };
+        // (not after a recovery that dropped anything: its state is not one a close
+        // left, whatever its numbers say)
+        let whole = rec.torn_bytes == 0 && rec.unsynced_cut.is_none() && rec.skipped.is_empty();
+        let order_saved = (whole && order::saved_matches(dir, now)).then_some(now);
+        if order_saved.is_some() {
+            index.added = Some(Vec::new());
+        } else if !ro && dir.join(order::FILE).exists() {
+            // another state's: gone for good before anything is written on top
+            let _ = fs::remove_file(dir.join(order::FILE));
+            let _ = fsync_dir(dir);
+        }
         Ok(Store {
             dir: dir.to_path_buf(),
             lock_fd,
@@ -1862,7 +1886,9 @@ impl Store {
             commit_cv: Condvar::new(),
             compacting: Mutex::new(()),
             order: Mutex::new(None),
+            order_file: Mutex::new(order_saved),
             order_bytes: AtomicU64::new(0),
+            order_sorts: AtomicU64::new(0),
             me: OnceLock::new(),
             auto_running: AtomicBool::new(false),
             auto_compactions: AtomicU64::new(0),
@@ -4447,6 +4473,11 @@ impl Store {
             let logged = st.index.added.as_ref().map_or(0, Vec::len);
             (st.index.added.is_some(), logged, st.index.len())
         };
+        if order.is_none() && logging {
+            // the order the last close saved, if it is this open's
+            let saved = *self.order_file.lock().expect("order");
+            *order = saved.and_then(|then| Order::load(&self.dir, then));
+        }
         let stale = order
             .as_ref()
             .is_none_or(|o| o.len() > keys.saturating_mul(2) + ORDER_STALE_MIN);
@@ -4464,6 +4495,7 @@ impl Store {
             };
             let o = order.insert(Order::from_log(&log));
             self.order_bytes.store(o.memory() as u64, Ordering::Relaxed);
+            self.order_sorts.fetch_add(1, Ordering::Relaxed);
             return o;
         }
         let o = order.get_or_insert_with(Order::default);
@@ -5668,6 +5700,11 @@ impl Store {
                 "order_bytes".into(),
                 self.order_bytes.load(Ordering::Relaxed),
             ),
+            // scans that sorted every key (ORDER, saved at close, spares the next open's)
+            (
+                "order_sorts".into(),
+                self.order_sorts.load(Ordering::Relaxed),
+            ),
             // 1 while the table is still the mapped snapshot (not yet grown into the heap)
             ("index_mapped".into(), st.index.is_mapped() as u64),
             // 1 while the table doubles in steps or the overlay merges into it
@@ -5868,6 +5905,49 @@ impl Store {
         st.index.is_shared() && Self::synced_segments(&st, end).is_ok()
     }
 
+    /// At close: write the keys in order to `ORDER` for the next open ([`super::order`])
+    /// when there is an order that has every key — one a scan made or read, or the one
+    /// this open found saved, with the keys inserted since — or remove an `ORDER` left
+    /// by another state. Best effort: without the file the next scan sorts.
+    fn save_order(&self) {
+        let (Ok(mut order), Ok(mut file)) = (self.order.lock(), self.order_file.lock()) else {
+            return;
+        };
+        let Ok(st) = self.state.read() else { return };
+        let now = Saved {
+            seed: st.index.seed(),
+            seq: st.seq,
+            keys: st.index.len() as u64,
+        };
+        let path = self.dir.join(order::FILE);
+        let Some(log) = st.index.added.as_ref() else {
+            // (the index stopped logging: no order has every key)
+            let _ = fs::remove_file(&path);
+            return;
+        };
+        if *file == Some(now) {
+            return; // (the file holds this state's keys already: nothing changed)
+        }
+        if order.is_none() {
+            *order = file.and_then(|then| Order::load(&self.dir, then));
+        }
+        *file = None;
+        match order.as_mut() {
+            Some(o) => {
+                o.absorb(log);
+                match o.save(&self.dir, now) {
+                    Ok(()) => *file = Some(now),
+                    Err(_) => {
+                        let _ = fs::remove_file(&path);
+                    }
+                }
+            }
+            None => {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+
     /// A store that keeps no index snapshot still records, at close, what its segments
     /// hold (`INDEX` of the header alone): a segment cut short or removed outside the
     /// store is then an error at the next open, not keys gone without a word.
@@ -5949,6 +6029,9 @@ impl Drop for Store {
                 if !flushed || self.write_segment_list(end).is_err() {
                     let _ = snapshot::remove(&self.dir);
                 }
+            }
+            if flushed {
+                self.save_order();
             }
             if let (false, Ok(mut st)) = (kept, self.state.write()) {
                 st.index.detach(); // (a closed store's overlay is in INDEX, if anywhere)

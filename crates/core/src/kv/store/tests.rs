@@ -2729,3 +2729,85 @@ fn range_scans_follow_the_keys_through_a_lost_log_and_mass_deletes() {
     check(&s, &model, b"k", b"k2");
     assert!(s.stats().iter().any(|(k, v)| k == "order_bytes" && *v > 0));
 }
+
+#[test]
+fn the_order_saved_at_close_serves_the_next_open_of_that_state_only() {
+    // ORDER (kv/order.rs): written by a close that has an order, read by the next
+    // open's first scan when the store is in the state it was saved for; rewritten
+    // after writes; removed when a killed writer left another state; ignored when its
+    // bytes are damaged. Every scan against the model.
+    let d = tempfile::tempdir().unwrap();
+    let (o, _) = unsynced(&d, opts());
+    let file = d.path().join(order::FILE);
+    let mut model = std::collections::BTreeSet::new();
+    let all = |s: &Store| -> Vec<Vec<u8>> {
+        s.scan(b"k", None, None)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.0)
+            .collect()
+    };
+    let want = |m: &std::collections::BTreeSet<Vec<u8>>| m.iter().cloned().collect::<Vec<_>>();
+    let saved_for = |s: &Store| *s.order_file.lock().unwrap();
+    let sorts = |s: &Store| s.order_sorts.load(Ordering::Relaxed);
+    {
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        for i in 0..3000 {
+            s.put(format!("k{:05}", i * 7 % 3001).as_bytes(), b"v")
+                .unwrap();
+            model.insert(format!("k{:05}", i * 7 % 3001).into_bytes());
+        }
+        assert_eq!(all(&s), want(&model));
+    }
+    assert!(file.exists(), "saved at close");
+    let written = fs::read(&file).unwrap();
+    {
+        // the same state: the file is used (no sort), and a close without writes
+        // leaves it as it was
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        assert!(saved_for(&s).is_some(), "this open's state");
+        assert_eq!(all(&s), want(&model));
+        assert_eq!(sorts(&s), 0, "read, not sorted");
+    }
+    assert_eq!(fs::read(&file).unwrap(), written, "left as it was");
+    {
+        // writes without a scan: the close takes them into the saved order
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        s.put(b"k99999", b"new").unwrap();
+        s.delete(b"k00007").unwrap();
+        model.insert(b"k99999".to_vec());
+        model.remove(&b"k00007".to_vec());
+    }
+    {
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        assert!(saved_for(&s).is_some(), "rewritten for the new state");
+        assert_eq!(all(&s), want(&model));
+        assert_eq!(sorts(&s), 0);
+        // killed after more writes: the file is another state's
+        s.put(b"k00000x", b"v").unwrap();
+        model.insert(b"k00000x".to_vec());
+        s.flush().unwrap();
+        std::mem::forget(s);
+    }
+    let d = copy_without_lock(d.path()); // (the killed writer's lock stays in this process)
+    let file = d.path().join(order::FILE);
+    assert!(file.exists());
+    {
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        assert!(
+            saved_for(&s).is_none() && !file.exists(),
+            "another state's: removed"
+        );
+        assert_eq!(all(&s), want(&model));
+        assert_eq!(sorts(&s), 1, "sorted afresh");
+    }
+    // damaged: its CRC fails, the scan sorts
+    let mut b = fs::read(&file).unwrap();
+    let at = b.len() - 3;
+    b[at] ^= 0x20;
+    fs::write(&file, &b).unwrap();
+    let s = Store::open(d.path(), o).unwrap();
+    assert!(saved_for(&s).is_some(), "its header matches");
+    assert_eq!(all(&s), want(&model));
+    assert_eq!(sorts(&s), 1, "not used");
+}
