@@ -93,6 +93,7 @@ def main() -> int:
             r.landed for r in rounds
         ),
         "reopened_from_overlay": sum(r.from_overlay for r in rounds),
+        "order_read_from_file": sum(r.order_from_file for r in rounds),
         "rounds_with_a_dictionary": sum(r.dictionary for r in rounds),
         "dictionaries_seen": len({d for r in rounds for d in r.dictionaries}),
         "most_dictionaries_at_once": max((len(r.dictionaries) for r in rounds), default=0),
@@ -117,6 +118,7 @@ def main() -> int:
                 else f"({summary['in_flight_landed']} landed whole, the rest not at all), "
             )
             + f"{summary['reopened_from_overlay']} reopens from the live overlay, "
+            f"{summary['order_read_from_file']} key-order checks read from ORDER, "
             f"{summary['rounds_with_a_dictionary']} rounds with a zstd dictionary in the "
             f"store ({summary['dictionaries_seen']} dictionaries in all, at most "
             f"{summary['most_dictionaries_at_once']} at once), a checkpoint found whole "

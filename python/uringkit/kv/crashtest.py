@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import DB
 from . import open as kv_open
 
 __all__ = ["CrashCheckFailed", "Round", "run_rounds"]
@@ -206,6 +207,9 @@ class Round:
     #: the reopen took the killed writer's live overlay (OVERLAY) back instead of
     #: replaying the log since INDEX (a writer killed mid-update replays)
     from_overlay: bool = False
+    #: the check's scan in key order read the order a close saved (`ORDER`) instead of
+    #: sorting the keys
+    order_from_file: bool = False
     #: the store had a zstd dictionary (DICT-*) when this round's writer was killed:
     #: zstd rounds from then on compress with it
     dictionary: bool = False
@@ -323,6 +327,7 @@ def check(path: Path, model: Model, pending: dict[str, Ops], rnd: Round) -> Mode
         live = sum(v is not None for v in model.values())
         if n != live:
             raise CrashCheckFailed(f"round {rnd.seed}: {n} live keys, expected {live}")
+        _check_key_order(db, sorted(k for k, v in model.items() if v is not None), rnd)
         rnd.checked_keys = len(model)
     _check_backup(path, rnd)
     return model
@@ -348,6 +353,26 @@ def _prefix(base: Model, ops: list[Ops], state: Model) -> int:
         if not differ:
             kept = j
     return kept
+
+
+def _check_key_order(db: DB, in_order: list[bytes], rnd: Round) -> None:
+    """The store's keys in key order (a bounded scan: from the order the last close
+    saved in ORDER, when this is the state it left, else sorted), and a range of them,
+    are `in_order`."""
+    got = list(db.iterator(start=b"", include_value=False))
+    rnd.order_from_file = db.stats()["order_sorts"] == 0
+    if got != in_order:
+        extra = sorted(set(got) - set(in_order))[:3]
+        missing = sorted(set(in_order) - set(got))[:3]
+        raise CrashCheckFailed(
+            f"round {rnd.seed}: a scan in key order lists {len(got)} keys, expected "
+            f"{len(in_order)} (extra {extra}, missing {missing})"
+        )
+    if in_order:
+        lo, hi = in_order[len(in_order) // 3], in_order[2 * len(in_order) // 3]
+        got_range = list(db.iterator(start=lo, stop=hi, include_value=False))
+        if got_range != [k for k in in_order if lo <= k < hi]:
+            raise CrashCheckFailed(f"round {rnd.seed}: the scan of [{lo!r}, {hi!r}) differs")
 
 
 def check_point_in_time(
@@ -378,6 +403,7 @@ def check_point_in_time(
     with db:
         state: Model = {k: v for k, v in db.items()}
         n, problems = db.check()
+        _check_key_order(db, sorted(state), rnd)
     if problems:
         raise CrashCheckFailed(f"round {rnd.seed}: damaged records served: {problems}")
     if writer_of is None:
