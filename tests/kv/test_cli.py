@@ -53,6 +53,26 @@ def test_scan_as_json_lines(tmp_path: Path) -> None:
     }
 
 
+def test_scan_a_range_in_either_order(tmp_path: Path) -> None:
+    """--start/--stop/--reverse (plyvel's iterator bounds), from read-only opens of a
+    store whose writer saved its keys in order (ORDER) at close."""
+    from uringkit import kv as kv_api
+
+    p = str(tmp_path / "s")
+    with kv_api.open(p) as db:
+        db.write([(b"user:%04d" % i, b"v%d" % i) for i in range(0, 3000, 3)])
+        assert list(db.iterator(start=b"user:", include_value=False))[:1] == [b"user:0000"]
+    out = kv("scan", p, "--start", "user:1000", "--stop", "user:1010", "--keys-only").stdout
+    assert out.split() == ["user:1002", "user:1005", "user:1008"]
+    out = kv("scan", p, "--start", "user:1000", "--stop", "user:1010", "--reverse").stdout
+    assert [ln.split("\t") for ln in out.splitlines()] == [
+        ["user:1008", "v1008"],
+        ["user:1005", "v1005"],
+        ["user:1002", "v1002"],
+    ]
+    assert (tmp_path / "s" / "ORDER").exists()  # (the writer's; read-only opens keep it)
+
+
 def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
     # `uringkit kv scan ... | head -1`: the pipe closes while the scan still prints
     from uringkit import kv as kv_api
