@@ -31,6 +31,8 @@ use std::path::Path;
 
 /// The file a closing store writes its order to.
 pub const FILE: &str = "ORDER";
+/// The file it is written to first (renamed over `FILE` once whole).
+pub const TMP: &str = "ORDER.tmp";
 const MAGIC: &[u8; 4] = b"XVO1";
 const VERSION: u32 = 1;
 const HEAD: usize = 4 + 4 + 8 * 5 + 4 + 4;
@@ -222,7 +224,7 @@ impl Order {
         let crc = crc32c::crc32c_append(crc32c::crc32c(&offs), &self.run.buf);
         head.extend_from_slice(&crc.to_le_bytes());
         head.extend_from_slice(&0u32.to_le_bytes());
-        let tmp = dir.join(format!("{FILE}.tmp"));
+        let tmp = dir.join(TMP);
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&head)?;
         f.write_all(&offs)?;

@@ -1835,6 +1835,10 @@ impl Store {
             let _ = fs::remove_file(dir.join(order::FILE));
             let _ = fsync_dir(dir);
         }
+        if !ro {
+            // (what a close killed while saving the order left)
+            let _ = fs::remove_file(dir.join(order::TMP));
+        }
         Ok(Store {
             dir: dir.to_path_buf(),
             lock_fd,
@@ -5920,6 +5924,11 @@ impl Store {
             keys: st.index.len() as u64,
         };
         let path = self.dir.join(order::FILE);
+        if !self.opts.index_snapshot {
+            // (without INDEX the next open draws a new hash seed: no state would match)
+            let _ = fs::remove_file(&path);
+            return;
+        }
         let Some(log) = st.index.added.as_ref() else {
             // (the index stopped logging: no order has every key)
             let _ = fs::remove_file(&path);

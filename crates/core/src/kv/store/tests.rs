@@ -2801,6 +2801,28 @@ fn the_order_saved_at_close_serves_the_next_open_of_that_state_only() {
         assert_eq!(all(&s), want(&model));
         assert_eq!(sorts(&s), 1, "sorted afresh");
     }
+    // a close killed while saving left ORDER.tmp: the next writer's open removes it
+    fs::write(d.path().join(order::TMP), b"half").unwrap();
+    drop(Store::open(d.path(), o.clone()).unwrap());
+    assert!(!d.path().join(order::TMP).exists());
+    // without INDEX (index_snapshot=False) no state could match: the close removes it
+    {
+        let s = Store::open(
+            d.path(),
+            Options {
+                index_snapshot: false,
+                ..o.clone()
+            },
+        )
+        .unwrap();
+        s.scan(b"k", None, None).unwrap();
+    }
+    assert!(!file.exists(), "removed by a close without INDEX");
+    {
+        let s = Store::open(d.path(), o.clone()).unwrap();
+        s.scan(b"k", None, None).unwrap();
+    }
+    assert!(file.exists());
     // damaged: its CRC fails, the scan sorts
     let mut b = fs::read(&file).unwrap();
     let at = b.len() - 3;
