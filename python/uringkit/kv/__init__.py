@@ -267,7 +267,10 @@ class _Reads:
         The index is a hash table (Bitcask): the first bounded scan (prefix, start or
         stop) sorts every key once, and the store keeps them sorted for later scans —
         O(log n + m) each — at the cost of the keys' bytes once more plus 8 bytes a key
-        (`stats()["order_bytes"]`). See docs/kv.md."""
+        (`stats()["order_bytes"]`). The m keys in range are listed at the call (~0.25
+        µs a key): `islice(db.iterator(start=k), 10)` over a million keys after `k`
+        costs that million — bound the range with `stop` when you want a few. See
+        docs/kv.md."""
         return _scan_iter(self._reader().scan(prefix, start, stop, reverse), include_value)
 
 
