@@ -851,6 +851,48 @@ impl KvView {
         self.target()?.view_len(self.id).map_err(kv_err)
     }
 
+    /// The next page of a forward scan of the view: at most `n` of its keys that start
+    /// with `prefix`, lie in [start, stop) and come after `after` (the last key of the
+    /// page before), ascending — (key, value) pairs, or keys (`include_value=False`).
+    /// What `iterator()` reads a page at a time (Store::view_page).
+    #[pyo3(signature = (prefix, start, stop, after, n, include_value))]
+    #[allow(clippy::too_many_arguments)]
+    fn page<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: Option<Vec<u8>>,
+        start: Option<Vec<u8>>,
+        stop: Option<Vec<u8>>,
+        after: Option<Vec<u8>>,
+        n: usize,
+        include_value: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let s = self.target()?;
+        let pre = prefix.unwrap_or_default();
+        let id = self.id;
+        let items = py
+            .detach(|| {
+                s.view_page(
+                    id,
+                    &pre,
+                    start.as_deref(),
+                    stop.as_deref(),
+                    after.as_deref(),
+                    n,
+                )
+            })
+            .map_err(kv_err)?;
+        if !include_value {
+            return PyList::new(py, items.iter().map(|(k, _, _)| PyBytes::new(py, k)));
+        }
+        let vals = py.detach(|| s.read_listed(&items)).map_err(kv_err)?;
+        let pairs = items
+            .iter()
+            .zip(vals)
+            .map(|((k, _, _), v)| (PyBytes::new(py, k), PyBytes::new(py, &v)));
+        PyList::new(py, pairs)
+    }
+
     /// [`KvStore::scan`] as of the view.
     #[pyo3(signature = (prefix=None, start=None, stop=None, reverse=false))]
     fn scan(

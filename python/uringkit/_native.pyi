@@ -763,6 +763,15 @@ class KvView:
         stop: bytes | None = None,
         reverse: bool = False,
     ) -> KvScan: ...
+    def page(
+        self,
+        prefix: bytes | None,
+        start: bytes | None,
+        stop: bytes | None,
+        after: bytes | None,
+        n: int,
+        include_value: bool,
+    ) -> list[Any]: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import os
 import platform
 import random
@@ -1330,6 +1331,29 @@ def test_range_scans_while_threads_write(tmp_path: Path) -> None:
         for th in ws:
             th.join()
         assert not errors, errors[0]
+
+
+def test_a_forward_iterator_reads_pages_through_a_view_of_its_own(tmp_path: Path) -> None:
+    """iterator() holds a snapshot view while it is open (stats: snapshots), reading
+    pages of 16 then 1,000 keys from it: keys put or deleted between pages do not show;
+    the view ends when the iterator is exhausted or dropped; a reverse one takes none."""
+    with kv.open(tmp_path / "db", durability="none") as db:
+        db.write([(b"k%05d" % i, b"v") for i in range(0, 5000, 2)])
+        it = db.iterator(start=b"k01000", include_value=False)
+        assert db.stats()["snapshots"] == 1
+        first = list(itertools.islice(it, 20))  # (past the first page)
+        assert first == [b"k%05d" % i for i in range(1000, 1040, 2)]
+        db.write([(b"k%05d" % i, b"new") for i in range(1041, 5000, 2)])  # odd: new keys
+        db.delete(b"k04000")
+        rest = list(it)
+        assert rest == [b"k%05d" % i for i in range(1040, 5000, 2)]
+        assert db.stats()["snapshots"] == 0, "ended with the iterator"
+        it2 = db.iterator(prefix=b"k0")
+        assert next(it2) == (b"k00000", b"v") and db.stats()["snapshots"] == 1
+        del it2
+        assert db.stats()["snapshots"] == 0, "ended when dropped"
+        rev = db.iterator(reverse=True, include_value=False)
+        assert db.stats()["snapshots"] == 0 and next(rev) == b"k04999"
 
 
 @pytest.mark.parametrize("durability", ["none", "sync"])

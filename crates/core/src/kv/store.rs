@@ -4461,6 +4461,7 @@ impl Store {
         let mut ls = Vec::new();
         Self::walk_range(&st, o, prefix, start, stop, |k, l| {
             ls.push((k.to_vec(), l, st.segs[&l.seg].clone()));
+            true
         });
         Ok(ls)
     }
@@ -4520,15 +4521,16 @@ impl Store {
         o
     }
 
-    /// Call `f` with each live key in range, ascending, and its location: the keys of
-    /// `o` and of the index's log of keys not taken in yet, each looked up in the index.
+    /// Call `f` with each live key in range, ascending, and its location (until it
+    /// returns false): the keys of `o` and of the index's log of keys not taken in yet,
+    /// each looked up in the index.
     fn walk_range(
         st: &State,
         o: &Order,
         prefix: &[u8],
         start: Option<&[u8]>,
         stop: Option<&[u8]>,
-        mut f: impl FnMut(&[u8], Loc),
+        mut f: impl FnMut(&[u8], Loc) -> bool,
     ) {
         let mut extra: Vec<&[u8]> = st
             .index
@@ -4561,7 +4563,9 @@ impl Store {
             }));
             for &(k, h) in &chunk {
                 if let Some(l) = st.index.get_hashed(k, h) {
-                    f(k, l);
+                    if !f(k, l) {
+                        return;
+                    }
                 }
             }
         }

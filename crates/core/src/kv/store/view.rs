@@ -222,10 +222,13 @@ impl Store {
             if !v.before.contains_key(k) {
                 ls.push((k.to_vec(), l, st.segs[&l.seg].clone()));
             }
+            true
         };
         match o {
             Some(o) => Self::walk_range(&st, o, prefix, start, stop, now),
-            None => st.index.iter().for_each(|(k, l)| now(k, l)),
+            None => st.index.iter().for_each(|(k, l)| {
+                now(k, l);
+            }),
         }
         let sorted = ls.len();
         for (k, &l) in &v.before {
@@ -240,6 +243,67 @@ impl Store {
         }
         ls.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(ls)
+    }
+
+    /// A page of a forward scan as view `id` sees the store: at most `max` of its keys
+    /// that start with `prefix`, lie in [start, stop) and come after `after` (the last
+    /// key of the page before), ascending, with where their records are — what a lazy
+    /// iterator reads a page at a time (the view keeps it at the moment it was taken).
+    pub fn view_page(
+        &self,
+        id: u64,
+        prefix: &[u8],
+        start: Option<&[u8]>,
+        stop: Option<&[u8]>,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> io::Result<Vec<Listed>> {
+        self.flush_for_scan()?;
+        let mut order = self.order.lock().expect("order");
+        let o = self.order_caught_up(&mut order);
+        let st = self.state.read().expect("state");
+        let v = st.views.get(&id).ok_or_else(closed_view)?;
+        let from = match (start, after) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let past = |k: &[u8]| after.is_none_or(|a| k > a);
+        // the keys as they are now, but those changed since the view was taken ...
+        let mut now: Vec<Listed> = Vec::new();
+        if max > 0 {
+            Self::walk_range(&st, o, prefix, from, stop, |k, l| {
+                if past(k) && !v.before.contains_key(k) {
+                    now.push((k.to_vec(), l, st.segs[&l.seg].clone()));
+                }
+                now.len() < max
+            });
+        }
+        // ... and those as they were (a key deleted since may no longer be in the order)
+        let mut then: Vec<Listed> = Vec::new();
+        for (k, &l) in &v.before {
+            if l.is_tombstone() || !in_range(k, prefix, start, stop) || !past(k) {
+                continue;
+            }
+            let seg = v.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
+            then.push((k.to_vec(), l, seg.clone()));
+        }
+        if then.is_empty() {
+            return Ok(now);
+        }
+        then.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // both sorted, each with its smallest keys: the page is the smallest `max`
+        let mut page = Vec::with_capacity(max.min(now.len() + then.len()));
+        let (mut a, mut b) = (now.into_iter().peekable(), then.into_iter().peekable());
+        while page.len() < max {
+            let take_a = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => x.0 < y.0,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            page.extend(if take_a { a.next() } else { b.next() });
+        }
+        Ok(page)
     }
 
     /// (views open, keys they noted) for `stats()`.
