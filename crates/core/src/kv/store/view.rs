@@ -80,6 +80,30 @@ const ABSENT: Loc = Loc {
     off: 0,
 };
 
+impl View {
+    /// Append the keys this view noted that it holds (present when it was taken), start
+    /// with `prefix`, lie in [start, stop) and come after `after`, with where their
+    /// records were (unordered).
+    fn noted_in_range(
+        &self,
+        prefix: &[u8],
+        start: Option<&[u8]>,
+        stop: Option<&[u8]>,
+        after: Option<&[u8]>,
+        out: &mut Vec<Listed>,
+    ) -> io::Result<()> {
+        for (k, &l) in &self.before {
+            let past = after.is_none_or(|a| &k[..] > a);
+            if l.is_tombstone() || !in_range(k, prefix, start, stop) || !past {
+                continue;
+            }
+            let seg = self.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
+            out.push((k.to_vec(), l, seg.clone()));
+        }
+        Ok(())
+    }
+}
+
 /// A noted location whose segment the view does not hold: never expected.
 fn unpinned(l: Loc) -> io::Error {
     io::Error::other(format!(
@@ -231,13 +255,7 @@ impl Store {
             }),
         }
         let sorted = ls.len();
-        for (k, &l) in &v.before {
-            if l.is_tombstone() || !in_range(k, prefix, start, stop) {
-                continue;
-            }
-            let seg = v.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
-            ls.push((k.to_vec(), l, seg.clone()));
-        }
+        v.noted_in_range(prefix, start, stop, None, &mut ls)?;
         if o.is_some() && sorted == ls.len() {
             return Ok(ls);
         }
@@ -280,13 +298,7 @@ impl Store {
         }
         // ... and those as they were (a key deleted since may no longer be in the order)
         let mut then: Vec<Listed> = Vec::new();
-        for (k, &l) in &v.before {
-            if l.is_tombstone() || !in_range(k, prefix, start, stop) || !past(k) {
-                continue;
-            }
-            let seg = v.pins.get(&l.seg).ok_or_else(|| unpinned(l))?;
-            then.push((k.to_vec(), l, seg.clone()));
-        }
+        v.noted_in_range(prefix, start, stop, after, &mut then)?;
         if then.is_empty() {
             return Ok(now);
         }
